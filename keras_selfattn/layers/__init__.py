@@ -1,0 +1,10 @@
+"""Public Keras layers, one per module."""
+
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.position_embedding import PositionEmbedding
+from keras_selfattn.layers.sinusoidal_position_encoding import (
+    SinusoidalPositionEncoding,
+)
+from keras_selfattn.layers.sinusoidal_position_encoding_nd import (
+    SinusoidalPositionEncodingND,
+)

@@ -1,0 +1,81 @@
+"""Learned absolute position embedding."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class PositionEmbedding(keras.layers.Layer):
+    """A learned embedding per absolute position, up to `sequence_length`.
+
+    Returns the embeddings of positions `start_index .. start_index + length - 1`,
+    shaped like the input, for the caller to add.
+
+    Shapes: input `[batch, length, channels]`; output the same. The table
+    `position_embeddings` has shape `[sequence_length, channels]`.
+
+    Args:
+        sequence_length: the number of positions the table holds.
+        initializer: initializer of the table.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: the tensor whose positions are embedded.
+        start_index: position of the first row (int or scalar tensor), for
+            one-step decoding.
+
+    Returns:
+        The embeddings of shape `inputs.shape` in the compute dtype.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.zeros((2, 10, 16), "float32")
+    >>> PositionEmbedding(sequence_length=64)(x).shape
+    (2, 10, 16)
+    """
+
+    def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(sequence_length, int) or sequence_length <= 0:
+            raise ValueError(
+                "`sequence_length` must be a positive integer. "
+                f"Received: sequence_length={sequence_length}"
+            )
+        self.sequence_length = sequence_length
+        self.initializer = keras.initializers.get(initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                "`inputs` must have shape `[batch, length, channels]` with a "
+                f"known channel count. Received: inputs.shape={tuple(input_shape)}"
+            )
+        if input_shape[1] is not None and input_shape[1] > self.sequence_length:
+            raise ValueError(
+                f"`inputs` has {input_shape[1]} positions but the table holds "
+                f"`sequence_length`={self.sequence_length}."
+            )
+        self.position_embeddings = self.add_weight(
+            name="embeddings",
+            shape=(self.sequence_length, input_shape[-1]),
+            initializer=self.initializer,
+        )
+
+    def call(self, inputs, start_index=0):
+        shape = keras.ops.shape(inputs)
+        table = keras.ops.convert_to_tensor(self.position_embeddings)
+        rows = keras.ops.slice(table, (start_index, 0), (shape[1], shape[2]))
+        return keras.ops.broadcast_to(rows[None], shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "sequence_length": self.sequence_length,
+                "initializer": keras.initializers.serialize(self.initializer),
+            }
+        )
+        return config

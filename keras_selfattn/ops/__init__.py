@@ -1,0 +1,12 @@
+"""Pure tensor functions behind the layers; `keras.ops` only."""
+
+from keras_selfattn.ops.attention import attention_logits, dot_product_attention
+from keras_selfattn.ops.masks import (
+    as_attention_mask,
+    causal_mask,
+    merge_masks,
+    padding_attention_mask,
+    sequence_mask,
+)
+from keras_selfattn.ops.softmax import large_negative, masked_softmax
+from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd

@@ -1,0 +1,85 @@
+"""Scaled dot-product attention on `[batch, length, heads, head_dim]` tensors."""
+
+import math
+
+from keras import ops
+
+from keras_selfattn.ops.masks import as_attention_mask
+from keras_selfattn.ops.softmax import masked_softmax
+
+
+def attention_logits(query, key, scale):
+    """Scaled `query . key` logits, `[batch, heads, query, key]`, in float32."""
+    logits = ops.einsum("btnh,bsnh->bnts", query, key)
+    return ops.cast(logits, "float32") * scale
+
+
+def dot_product_attention(
+    query,
+    key,
+    value,
+    bias=None,
+    mask=None,
+    scale=None,
+    dropout=None,
+    return_scores=False,
+    flash_attention=None,
+):
+    """Multi-head scaled dot-product attention.
+
+    `softmax(query . key^T * scale + bias)` over the keys, masked, applied to
+    `value`. Logits and softmax are computed in float32. Without dropout and
+    without returned scores this runs `keras.ops.dot_product_attention`, the
+    backend's fused kernel; otherwise it spells the computation out.
+
+    Args:
+        query: `[batch, query_length, heads, head_dim]`.
+        key: `[batch, key_length, heads, head_dim]`.
+        value: `[batch, key_length, heads, value_dim]`.
+        bias: optional additive logits broadcastable to
+            `[batch, heads, query_length, key_length]`, added after scaling.
+        mask: optional boolean mask of rank 2, 3 or 4 broadcastable to the
+            logits, `True` = may attend.
+        scale: logit scale; defaults to `1 / sqrt(head_dim)`.
+        dropout: optional callable applied to the attention probabilities.
+        return_scores: whether to return the attention probabilities too.
+        flash_attention: passed to `keras.ops.dot_product_attention` on the
+            fused path (`None` lets the backend choose).
+
+    Returns:
+        `(output, scores)`: output `[batch, query_length, heads, value_dim]` in
+        the dtype of `value`; scores `[batch, heads, query_length, key_length]`
+        or `None` when not requested. A query with no key to attend gets
+        zeros.
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    if mask is not None:
+        mask = as_attention_mask(mask, "mask")
+    if dropout is None and not return_scores:
+        output = ops.dot_product_attention(
+            query,
+            key,
+            value,
+            bias=bias,
+            mask=mask,
+            scale=scale,
+            flash_attention=flash_attention,
+        )
+        if mask is not None:
+            output = _zero_rows_without_keys(output, mask)
+        return output, None
+
+    logits = attention_logits(query, key, scale)
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
+    scores = ops.cast(masked_softmax(logits, mask), value.dtype)
+    weights = dropout(scores) if dropout is not None else scores
+    output = ops.einsum("bnts,bsnh->btnh", weights, value)
+    return output, (scores if return_scores else None)
+
+
+def _zero_rows_without_keys(output, mask):
+    has_key = ops.any(mask, axis=-1)  # [batch?, heads?, query]
+    has_key = ops.transpose(has_key, (0, 2, 1))[..., None]
+    return output * ops.cast(has_key, output.dtype)
