@@ -160,6 +160,8 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             training=training,
             return_attention_scores=return_attention_scores,
             attention_bias=attention_bias,
+            cache_update_index=cache_update_index,
+            use_causal_mask=use_causal_mask,
         )
         if gate is not None:
             output = ops.multiply(output, gate)
@@ -181,10 +183,15 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         training=None,
         return_attention_scores=False,
         attention_bias=None,
+        cache_update_index=None,
+        use_causal_mask=False,
     ):
         """Attention over projected `[batch, length, heads, dim]` tensors.
 
-        Subclasses override this to change how logits are formed.
+        `attention_mask` already holds every mask, the causal one included.
+        Subclasses override this to change how logits are formed; they get
+        `cache_update_index` (the absolute position of query row 0, `None`
+        without a cache) and `use_causal_mask` for that.
         """
         if len(query.shape) != 4:
             return super()._compute_attention(

@@ -30,7 +30,8 @@ def dot_product_attention(
     `softmax(query . key^T * scale + bias)` over the keys, masked, applied to
     `value`. Logits and softmax are computed in float32. Without dropout and
     without returned scores this runs `keras.ops.dot_product_attention`, the
-    backend's fused kernel; otherwise it spells the computation out.
+    backend's fused kernel (when `value` has the head size of `query`);
+    otherwise it spells the computation out.
 
     Args:
         query: `[batch, query_length, heads, head_dim]`.
@@ -56,7 +57,10 @@ def dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1])
     if mask is not None:
         mask = as_attention_mask(mask, "mask")
-    if dropout is None and not return_scores:
+    fused = dropout is None and not return_scores
+    # The fused kernels (JAX's among them) need one head size for all three.
+    fused = fused and value.shape[-1] == query.shape[-1]
+    if fused:
         output = ops.dot_product_attention(
             query,
             key,

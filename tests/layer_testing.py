@@ -1,0 +1,129 @@
+"""The shared layer test: every public layer goes through `run_layer_test`.
+
+It checks, for one layer configuration and one batch of inputs: the config
+round trip and registered serialization, the symbolic (Functional) call, the
+eager call, one `fit` step, `mixed_float16` and `mixed_bfloat16`, `.keras`
+save and load without `custom_objects`, and a `jit_compile=True` predict.
+"""
+
+import keras
+import numpy as np
+
+MIXED_PRECISION_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 1e-1}
+
+
+def jit(function):
+    """Compiles `function` with XLA on the active backend."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    import tensorflow as tf
+
+    return tf.function(function, jit_compile=True)
+
+
+def run_layer_test(
+    layer_cls,
+    init_kwargs,
+    inputs,
+    tmp_path,
+    call_kwargs=None,
+    expected_output_shape=None,
+    trainable=True,
+):
+    """Runs the full battery of layer checks.
+
+    Args:
+        layer_cls: the layer class.
+        init_kwargs: constructor arguments.
+        inputs: dict of call argument name -> numpy array (batch first).
+        tmp_path: a folder for the saved model.
+        call_kwargs: non-tensor call arguments.
+        expected_output_shape: the eager output shape; defaults to the shape
+            of the first input.
+        trainable: whether the layer has weights that one `fit` step updates.
+    """
+    call_kwargs = call_kwargs or {}
+    first_input = next(iter(inputs.values()))
+    expected_output_shape = tuple(expected_output_shape or first_input.shape)
+
+    _check_config_round_trip(layer_cls, init_kwargs)
+    layer = layer_cls(**init_kwargs)
+    model = _functional_model(layer, inputs, call_kwargs)
+    symbolic_output = model.outputs[0]
+    assert tuple(symbolic_output.shape) == (None,) + expected_output_shape[1:]
+    assert symbolic_output.dtype == layer.compute_dtype
+
+    eager = keras.ops.convert_to_numpy(layer(**inputs, **call_kwargs))
+    assert eager.shape == expected_output_shape
+    assert np.all(np.isfinite(eager))
+    np.testing.assert_allclose(_predict(model, inputs), eager, atol=1e-5, rtol=1e-5)
+
+    _check_jit_predict(model, inputs, eager)
+    _check_save_and_load(model, inputs, eager, tmp_path)
+    for policy, tolerance in MIXED_PRECISION_TOLERANCE.items():
+        _check_mixed_precision(
+            layer_cls, init_kwargs, inputs, call_kwargs, layer, eager, policy, tolerance
+        )
+    if trainable:
+        _check_fit_step(model, inputs, eager)
+
+
+def _check_config_round_trip(layer_cls, init_kwargs):
+    layer = layer_cls(**init_kwargs)
+    config = layer.get_config()
+    assert layer_cls.from_config(config).get_config() == config
+    revived = keras.layers.deserialize(keras.layers.serialize(layer))
+    assert type(revived) is layer_cls
+    assert revived.get_config() == config
+
+
+def _functional_model(layer, inputs, call_kwargs):
+    symbolic = {
+        name: keras.Input(shape=array.shape[1:], dtype=str(array.dtype), name=name)
+        for name, array in inputs.items()
+    }
+    return keras.Model(symbolic, layer(**symbolic, **call_kwargs))
+
+
+def _predict(model, inputs):
+    return model.predict(inputs, batch_size=len(next(iter(inputs.values()))), verbose=0)
+
+
+def _check_jit_predict(model, inputs, expected):
+    model.compile(jit_compile=True)
+    np.testing.assert_allclose(_predict(model, inputs), expected, atol=1e-5, rtol=1e-5)
+
+
+def _check_save_and_load(model, inputs, expected, tmp_path):
+    path = str(tmp_path / "layer_test_model.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(_predict(restored, inputs), expected, atol=1e-6, rtol=1e-6)
+
+
+def _check_mixed_precision(
+    layer_cls, init_kwargs, inputs, call_kwargs, float32_layer, expected, policy, tolerance
+):
+    layer = layer_cls(**init_kwargs, dtype=policy)
+    model = _functional_model(layer, inputs, call_kwargs)
+    layer.set_weights(float32_layer.get_weights())
+    output = layer(**inputs, **call_kwargs)
+    assert keras.backend.standardize_dtype(output.dtype) == layer.compute_dtype
+    output = keras.ops.convert_to_numpy(keras.ops.cast(output, "float32"))
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(output, expected, atol=tolerance * scale, rtol=tolerance)
+    if layer.trainable_weights:
+        _check_fit_step(model, inputs, expected)
+
+
+def _check_fit_step(model, inputs, eager_output):
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=False)
+    before = [np.array(w) for w in model.trainable_weights]
+    target = np.random.default_rng(0).normal(size=eager_output.shape).astype("float32")
+    batch_size = len(eager_output)
+    history = model.fit(inputs, target, batch_size=batch_size, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    after = [np.array(w) for w in model.trainable_weights]
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
