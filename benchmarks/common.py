@@ -1,0 +1,125 @@
+"""Shared timing and memory measurement for the benchmark programs.
+
+Every program times the project's layers and their anchors in one process,
+on the same shapes, with the same harness, and prints ratios. On TensorFlow
+the step is a `tf.function` (graph mode, as `fit` runs it) and peak memory
+comes from the CPU/GPU allocator's statistics; on JAX the step is `jax.jit`
+and peak memory is the compiled program's temporary plus output buffers.
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import keras
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def forward_backward(layer, inputs, call_kwargs=None):
+    """A compiled function: the layer's output summed, differentiated with
+    respect to its weights and its first input. Returns the gradients."""
+    call_kwargs = call_kwargs or {}
+    names = list(inputs)
+    if keras.backend.backend() == "jax":
+        return _jax_forward_backward(layer, names, call_kwargs)
+    import tensorflow as tf
+
+    @tf.function
+    def step(*arrays):
+        with tf.GradientTape() as tape:
+            tape.watch(arrays[0])
+            output = layer(**dict(zip(names, arrays)), **call_kwargs)
+            loss = tf.reduce_sum(tf.cast(output, "float32"))
+        return tape.gradient(loss, [arrays[0]] + layer.trainable_variables)
+
+    return step
+
+
+def _jax_forward_backward(layer, names, call_kwargs):
+    import jax
+
+    def loss(trainable, first, rest):
+        output, _ = layer.stateless_call(
+            trainable,
+            [v.value for v in layer.non_trainable_variables],
+            **dict(zip(names, (first,) + tuple(rest))),
+            **call_kwargs,
+        )
+        return output.astype("float32").sum()
+
+    gradient = jax.jit(jax.grad(loss, argnums=(0, 1)))
+
+    def step(*arrays):
+        trainable = [v.value for v in layer.trainable_variables]
+        return gradient(trainable, arrays[0], arrays[1:])
+
+    step.lower = lambda *arrays: gradient.lower(
+        [v.value for v in layer.trainable_variables], arrays[0], arrays[1:]
+    )
+    return step
+
+
+def _block(result):
+    for leaf in keras.tree.flatten(result):
+        keras.ops.convert_to_numpy(leaf)
+
+
+def median_seconds(step, arrays, warmup=2, repeats=5):
+    """Median wall time of `step(*arrays)` after `warmup` untimed calls."""
+    for _ in range(warmup):
+        _block(step(*arrays))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        _block(step(*arrays))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_memory_bytes(step, arrays):
+    """Peak memory one call of `step` needs above what was live before it."""
+    if keras.backend.backend() == "jax":
+        analysis = step.lower(*arrays).compile().memory_analysis()
+        return analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+    import tensorflow as tf
+
+    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    _block(step(*arrays))
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    _block(step(*arrays))
+    return tf.config.experimental.get_memory_info(device)["peak"] - before
+
+
+def measure(layer, inputs, call_kwargs=None, repeats=5):
+    """`(seconds, peak_bytes)` of one forward+backward pass of `layer`."""
+    step = forward_backward(layer, inputs, call_kwargs)
+    arrays = [keras.ops.convert_to_tensor(a) for a in inputs.values()]
+    return median_seconds(step, arrays, repeats=repeats), peak_memory_bytes(step, arrays)
+
+
+def random_inputs(shape, seed=0, dtype="float32"):
+    return np.random.default_rng(seed).normal(size=shape).astype(dtype)
+
+
+def print_table(title, header, rows):
+    """Prints a fixed-width table; floats get three significant digits."""
+    cells = [[_format(v) for v in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    print(f"\n{title}  (backend: {keras.backend.backend()})")
+    print("  ".join(str(h).rjust(w) for h, w in zip(header, widths)))
+    for row in cells:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def _format(value):
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def megabytes(num_bytes):
+    return num_bytes / 2**20
