@@ -1,6 +1,8 @@
+# `make demo` runs the main job on embedded data; `make test` runs every test.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 EXTRAS := test,jax
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: install demo test test-fast benchmark clean
 
@@ -8,16 +10,23 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --upgrade pip
-	$(PYTHON) -m pip install -e ".[$(EXTRAS)]"
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 
 demo: install
-	$(PYTHON) -m keras_selfattn.demo
+	$(PYTHON) recipes/demo.py --output_dir runs/demo
 
+# The whole suite on TensorFlow, then the backend-neutral layers and ops on JAX.
 test: install
-	$(PYTHON) -m pytest tests -m "not slow"
-	KERAS_BACKEND=jax $(PYTHON) -m pytest tests/layers tests/ops
+	$(PYTEST) tests
+	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers
+
+test-fast: install
+	$(PYTEST) tests -m "not slow"
+
+benchmark: install
+	$(PYTHON) benchmarks/attention.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) runs build *.egg-info
