@@ -62,6 +62,18 @@ def _jax_forward_backward(layer, names, call_kwargs):
     return step
 
 
+def compiled(function):
+    """`function` as the backend runs it in `fit`/`predict`: a `tf.function`
+    graph on TensorFlow, `jax.jit` on JAX."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(function)
+    import tensorflow as tf
+
+    return tf.function(function)
+
+
 def _block(result):
     for leaf in keras.tree.flatten(result):
         keras.ops.convert_to_numpy(leaf)

@@ -143,13 +143,20 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             projected_key, projected_value, cache = self._read_and_update_cache(
                 cache, key, value, cache_update_index
             )
+        # Without a cache offset the plain kernel applies the causal mask
+        # itself, with no [query, key] mask tensor.
+        causal_by_kernel = (
+            use_causal_mask
+            and cache_update_index is None
+            and type(self)._compute_attention is MultiHeadAttention._compute_attention
+        )
         mask = self._attention_mask(
             projected_query,
             projected_key,
             query_mask=query_mask,
             key_mask=merge_masks(value_mask, key_mask),
             attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
+            use_causal_mask=use_causal_mask and not causal_by_kernel,
             query_offset=0 if cache_update_index is None else cache_update_index,
         )
         output, scores = self._compute_attention(
@@ -188,10 +195,10 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     ):
         """Attention over projected `[batch, length, heads, dim]` tensors.
 
-        `attention_mask` already holds every mask, the causal one included.
-        Subclasses override this to change how logits are formed; they get
-        `cache_update_index` (the absolute position of query row 0, `None`
-        without a cache) and `use_causal_mask` for that.
+        For subclasses, `attention_mask` holds every mask, the causal one
+        included. Subclasses override this to change how logits are formed;
+        they get `cache_update_index` (the absolute position of query row 0,
+        `None` without a cache) and `use_causal_mask` for that.
         """
         if len(query.shape) != 4:
             return super()._compute_attention(
@@ -209,6 +216,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             scale=self._inverse_sqrt_key_dim,
             dropout=dropout,
             return_scores=return_attention_scores,
+            is_causal=use_causal_mask and cache_update_index is None,
             flash_attention=self._flash_attention,
         )
 

@@ -4,7 +4,7 @@ import math
 
 from keras import ops
 
-from keras_selfattn.ops.masks import as_attention_mask
+from keras_selfattn.ops.masks import as_attention_mask, causal_mask, merge_masks
 from keras_selfattn.ops.softmax import masked_softmax
 
 
@@ -23,6 +23,7 @@ def dot_product_attention(
     scale=None,
     dropout=None,
     return_scores=False,
+    is_causal=False,
     flash_attention=None,
 ):
     """Multi-head scaled dot-product attention.
@@ -44,6 +45,8 @@ def dot_product_attention(
         scale: logit scale; defaults to `1 / sqrt(head_dim)`.
         dropout: optional callable applied to the attention probabilities.
         return_scores: whether to return the attention probabilities too.
+        is_causal: whether query `i` may only attend to keys `<= i` (on top of
+            `mask`); the fused kernels apply it without a mask tensor.
         flash_attention: passed to `keras.ops.dot_product_attention` on the
             fused path (`None` lets the backend choose).
 
@@ -68,12 +71,15 @@ def dot_product_attention(
             bias=bias,
             mask=mask,
             scale=scale,
+            is_causal=is_causal,
             flash_attention=flash_attention,
         )
         if mask is not None:
             output = _zero_rows_without_keys(output, mask)
         return output, None
 
+    if is_causal:
+        mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
     logits = attention_logits(query, key, scale)
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")

@@ -87,3 +87,16 @@ def test_fully_masked_rows_give_zeros_in_half_precision(qkv, dtype, return_score
     np.testing.assert_array_equal(output[:, 0], 0.0)
     expected = naive_attention(*qkv, mask=mask[:, None])
     np.testing.assert_allclose(output, expected, atol=5e-2)
+
+
+@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
+def test_is_causal_equals_an_explicit_lower_triangle(qkv, return_scores):
+    query, key, value = qkv
+    padding = np.ones((2, 4, 6), bool)
+    padding[0, :, 0] = False
+    output, _ = dot_product_attention(
+        query, key, value, mask=padding, is_causal=True, return_scores=return_scores
+    )
+    lower = np.tril(np.ones((4, 6), bool))
+    expected = naive_attention(query, key, value, mask=(padding & lower)[:, None])
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)

@@ -1,0 +1,83 @@
+"""MultiHeadAttention against keras.layers.MultiHeadAttention, and cached decoding.
+
+For each length L: forward+backward time and peak memory of our layer and of
+the Keras layer with the same weights (causal self-attention, batch 1, width
+512, 8 heads), and the time of one cached decoding step at position L against
+recomputing the whole causal prefix.
+
+    python benchmarks/attention.py [--lengths 256 1024 2048]
+"""
+
+import argparse
+
+import keras
+from common import compiled, measure, median_seconds, megabytes, print_table, random_inputs
+
+from keras_selfattn import MultiHeadAttention
+
+WIDTH, NUM_HEADS = 512, 8
+
+
+def built_pair(x):
+    ours = MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
+    theirs = keras.layers.MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
+    ours(x, x)
+    theirs(x, x)
+    theirs.set_weights(ours.get_weights())
+    return ours, theirs
+
+
+def training_row(length):
+    x = random_inputs((1, length, WIDTH))
+    ours, theirs = built_pair(x)
+    inputs, kwargs = {"query": x, "value": x}, {"use_causal_mask": True}
+    ours_time, ours_memory = measure(ours, inputs, kwargs)
+    keras_time, keras_memory = measure(theirs, inputs, kwargs)
+    return [
+        length,
+        ours_time * 1e3,
+        keras_time * 1e3,
+        ours_time / keras_time,
+        megabytes(ours_memory),
+        megabytes(keras_memory),
+        ours_memory / keras_memory,
+    ]
+
+
+def decoding_row(length):
+    x = random_inputs((1, length, WIDTH))
+    layer, _ = built_pair(x)
+    cache = keras.ops.zeros((1, 2, length, NUM_HEADS, WIDTH // NUM_HEADS))
+    _, cache = layer(x, x, cache=cache, cache_update_index=0, use_causal_mask=True)
+    last = x[:, -1:]
+
+    def cached_step(token, cache, index):
+        return layer(token, token, cache=cache, cache_update_index=index, use_causal_mask=True)
+
+    def recompute(prefix):
+        return layer(prefix, prefix, use_causal_mask=True)[:, -1:]
+
+    index = keras.ops.convert_to_tensor(length - 1, "int32")
+    step_time = median_seconds(compiled(cached_step), [last, cache, index], repeats=20)
+    recompute_time = median_seconds(compiled(recompute), [keras.ops.convert_to_tensor(x)])
+    return [length, step_time * 1e3, recompute_time * 1e3, recompute_time / step_time]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
+    lengths = parser.parse_args().lengths
+    print_table(
+        "Causal self-attention, forward+backward (ratio = ours / keras)",
+        ["L", "ours ms", "keras ms", "time ratio", "ours MiB", "keras MiB", "memory ratio"],
+        [training_row(length) for length in lengths],
+    )
+    print_table(
+        "One decoding step at position L (speed-up = recompute / cached)",
+        ["L", "cached step ms", "recompute ms", "speed-up"],
+        [decoding_row(length) for length in lengths],
+    )
+
+
+if __name__ == "__main__":
+    main()
