@@ -75,6 +75,8 @@ def dot_product_attention(
             flash_attention=flash_attention,
         )
         if mask is not None:
+            if is_causal:
+                mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
             output = _zero_rows_without_keys(output, mask)
         return output, None
 
