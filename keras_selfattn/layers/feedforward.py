@@ -1,0 +1,56 @@
+"""Pieces shared by the Transformer blocks (not a public layer)."""
+
+import keras
+
+
+def check_block_arguments(attention, feedforward_dim, dropout):
+    """Raises `ValueError` for arguments no Transformer block can use."""
+    if not isinstance(attention, keras.layers.Layer):
+        raise ValueError(
+            "The attention argument must be a Keras attention layer instance, "
+            f"e.g. `MultiHeadAttention(8, 64)`. Received: {attention!r}"
+        )
+    if not isinstance(feedforward_dim, int) or feedforward_dim <= 0:
+        raise ValueError(
+            "`feedforward_dim` must be a positive integer. "
+            f"Received: feedforward_dim={feedforward_dim}"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout}")
+
+
+def feedforward_layers(block, inputs_shape, hidden_dim):
+    """The normalisation and `Dense -> Dropout -> Dense` network of `block`."""
+    norm = keras.layers.LayerNormalization(
+        epsilon=block.layer_norm_epsilon, dtype=block.dtype_policy, name="feedforward_norm"
+    )
+    norm.build(inputs_shape)
+    network = keras.Sequential(
+        [
+            keras.layers.Dense(
+                block.feedforward_dim,
+                activation=block.activation,
+                dtype=block.dtype_policy,
+                name="feedforward_intermediate",
+            ),
+            keras.layers.Dropout(block.dropout, dtype=block.dtype_policy),
+            keras.layers.Dense(hidden_dim, dtype=block.dtype_policy, name="feedforward_output"),
+        ],
+        name="feedforward",
+    )
+    network.build(inputs_shape)
+    return norm, network
+
+
+def residual_connection(x, sublayer, norm, dropout, norm_first, training):
+    """`x + dropout(sublayer(norm(x)))` (pre-norm) or
+    `norm(x + dropout(sublayer(x)))` (post-norm)."""
+    if norm_first:
+        return x + dropout(sublayer(norm(x)), training=training)
+    return norm(x + dropout(sublayer(x), training=training))
+
+
+def build_once(layer, *shapes):
+    """Builds `layer` unless it already is (a deserialized sublayer is)."""
+    if not layer.built:
+        layer.build(*shapes)

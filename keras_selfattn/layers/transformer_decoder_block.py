@@ -1,0 +1,195 @@
+"""Transformer decoder block parameterised by its attention layers."""
+
+import math
+
+import keras
+
+from keras_selfattn.layers.feedforward import (
+    check_block_arguments,
+    build_once,
+    feedforward_layers,
+    residual_connection,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class TransformerDecoderBlock(keras.layers.Layer):
+    """Causal self-attention, optional cross-attention, then a feed-forward net.
+
+    Any causal attention layer of this library can be the self-attention
+    (`MultiHeadAttention`, `RelativeMultiHeadAttention`, `LocalAttention1D`,
+    `LocalAttention2D`, `LocalRelativeAttention1D`); it is always called with
+    `use_causal_mask=True`. With a cache the block decodes step by step: the
+    self-attention's static KV cache is updated at `cache_update_index` and
+    returned with the output.
+
+    Args:
+        self_attention: the causal attention layer instance; its output
+            width must equal the input width.
+        feedforward_dim: width of the feed-forward hidden layer.
+        cross_attention: optional attention layer over `encoder_outputs`
+            (encoder-decoder models).
+        dropout: dropout rate after each sublayer and inside the feed-forward
+            network.
+        norm_first: pre-norm (`True`) or the paper's post-norm (`False`).
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer normalisations.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `[batch, ..., hidden_dim]`.
+        encoder_outputs: `[batch, source_length, encoder_dim]`, needed exactly
+            when the block has a cross-attention.
+        encoder_padding_mask: optional `[batch, source_length]` mask of real
+            encoder positions.
+        cache: optional self-attention cache (layout of the attention layer,
+            `[batch, 2, max_length, num_heads, key_dim]`).
+        cache_update_index: position of the first input row in the cache.
+        training: whether dropout is active.
+
+    Returns:
+        A tensor shaped like `inputs`, or `(outputs, cache)` with a cache.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_selfattn.layers import MultiHeadAttention
+    >>> block = TransformerDecoderBlock(MultiHeadAttention(4, 8), 64)
+    >>> block(np.zeros((2, 10, 32), "float32")).shape
+    (2, 10, 32)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(
+        self,
+        self_attention,
+        feedforward_dim,
+        cross_attention=None,
+        dropout=0.0,
+        norm_first=True,
+        activation="relu",
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_block_arguments(self_attention, feedforward_dim, dropout)
+        if cross_attention is not None and not isinstance(cross_attention, keras.layers.Layer):
+            raise ValueError(
+                "`cross_attention` must be `None` or an attention layer instance. "
+                f"Received: {cross_attention!r}"
+            )
+        self.self_attention = self_attention
+        self.feedforward_dim = feedforward_dim
+        self.cross_attention = cross_attention
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, inputs_shape, encoder_outputs_shape=None):
+        hidden_dim = inputs_shape[-1]
+        self._self_attention_norm = self._norm("self_attention_norm", inputs_shape)
+        build_once(self.self_attention, inputs_shape, inputs_shape)
+        if self.cross_attention is not None:
+            if encoder_outputs_shape is None:
+                raise ValueError(
+                    "This block has a cross-attention: pass `encoder_outputs`."
+                )
+            self._cross_attention_norm = self._norm("cross_attention_norm", inputs_shape)
+            flat_shape = (inputs_shape[0], None, inputs_shape[-1])
+            build_once(self.cross_attention, flat_shape, encoder_outputs_shape)
+        self._residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self._feedforward_norm, self._feedforward = feedforward_layers(
+            self, inputs_shape, hidden_dim
+        )
+
+    def _norm(self, name, inputs_shape):
+        norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+        norm.build(inputs_shape)
+        return norm
+
+    def call(
+        self,
+        inputs,
+        encoder_outputs=None,
+        encoder_padding_mask=None,
+        cache=None,
+        cache_update_index=None,
+        training=None,
+    ):
+        if (encoder_outputs is None) != (self.cross_attention is None):
+            raise ValueError(
+                "Pass `encoder_outputs` exactly when the block has a cross-attention "
+                f"(cross_attention={self.cross_attention is not None}, "
+                f"encoder_outputs given={encoder_outputs is not None})."
+            )
+        new_cache = []
+
+        def attend_to_self(x):
+            if cache is None:
+                return self.self_attention(x, x, use_causal_mask=True, training=training)
+            output, updated = self.self_attention(
+                x, x, cache=cache, cache_update_index=cache_update_index,
+                use_causal_mask=True, training=training,
+            )
+            new_cache.append(updated)
+            return output
+
+        def attend_to_encoder(x):
+            # Every position of a grid (image) input queries the encoder alike.
+            flat = x if len(x.shape) == 3 else keras.ops.reshape(x, (-1, math.prod(x.shape[1:-1]), x.shape[-1]))
+            output = self.cross_attention(
+                flat, encoder_outputs, value_mask=encoder_padding_mask, training=training
+            )
+            return keras.ops.reshape(output, (-1,) + tuple(x.shape[1:])) if flat is not x else output
+
+        x = self._residual(inputs, attend_to_self, self._self_attention_norm, training)
+        if self.cross_attention is not None:
+            x = self._residual(x, attend_to_encoder, self._cross_attention_norm, training)
+        x = self._residual(
+            x, lambda h: self._feedforward(h, training=training), self._feedforward_norm, training
+        )
+        return x if cache is None else (x, new_cache[0])
+
+    def _residual(self, x, sublayer, norm, training):
+        return residual_connection(
+            x, sublayer, norm, self._residual_dropout, self.norm_first, training
+        )
+
+    def compute_output_spec(self, inputs, encoder_outputs=None, cache=None, **kwargs):
+        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if cache is None:
+            return output
+        return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "self_attention": keras.layers.serialize(self.self_attention),
+                "feedforward_dim": self.feedforward_dim,
+                "cross_attention": (
+                    None
+                    if self.cross_attention is None
+                    else keras.layers.serialize(self.cross_attention)
+                ),
+                "dropout": self.dropout,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["self_attention"] = keras.layers.deserialize(config["self_attention"])
+        if config.get("cross_attention") is not None:
+            config["cross_attention"] = keras.layers.deserialize(config["cross_attention"])
+        return cls(**config)
+

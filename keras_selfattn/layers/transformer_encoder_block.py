@@ -1,0 +1,125 @@
+"""Transformer encoder block parameterised by its self-attention layer."""
+
+import keras
+
+from keras_selfattn.layers.feedforward import (
+    check_block_arguments,
+    build_once,
+    feedforward_layers,
+    residual_connection,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class TransformerEncoderBlock(keras.layers.Layer):
+    """Self-attention then a position-wise feed-forward network, with residuals.
+
+    Any attention layer of this library can be the self-attention: plain
+    `MultiHeadAttention`, `RelativeMultiHeadAttention` (Shaw or skew),
+    `LocalAttention1D` or `LocalAttention2D` (unmasked). Inputs are
+    `[batch, ..., hidden_dim]`: sequences, or images for 2D attention.
+
+    Args:
+        self_attention: the attention layer instance; its output width must
+            equal the input width.
+        feedforward_dim: width of the feed-forward hidden layer.
+        dropout: dropout rate after attention, inside and after the
+            feed-forward network.
+        norm_first: pre-norm (`True`, normalise before each sublayer) or the
+            paper's post-norm (`False`).
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer normalisations.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `[batch, ..., hidden_dim]`.
+        padding_mask: optional `[batch, length]` boolean mask of real
+            positions (sequence inputs).
+        training: whether dropout is active.
+
+    Returns:
+        A tensor shaped like `inputs`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_selfattn.layers import MultiHeadAttention
+    >>> block = TransformerEncoderBlock(MultiHeadAttention(4, 8), feedforward_dim=64)
+    >>> block(np.zeros((2, 10, 32), "float32")).shape
+    (2, 10, 32)
+
+    References:
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(
+        self,
+        self_attention,
+        feedforward_dim,
+        dropout=0.0,
+        norm_first=True,
+        activation="relu",
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_block_arguments(self_attention, feedforward_dim, dropout)
+        self.self_attention = self_attention
+        self.feedforward_dim = feedforward_dim
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.activation = activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.supports_masking = True
+
+    def build(self, inputs_shape):
+        hidden_dim = inputs_shape[-1]
+        self._attention_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="attention_norm"
+        )
+        self._attention_norm.build(inputs_shape)
+        build_once(self.self_attention, inputs_shape, inputs_shape)
+        self._residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self._feedforward_norm, self._feedforward = feedforward_layers(
+            self, inputs_shape, hidden_dim
+        )
+
+    def call(self, inputs, padding_mask=None, training=None):
+        def attend(x):
+            masks = {} if padding_mask is None else {
+                "query_mask": padding_mask, "value_mask": padding_mask
+            }
+            return self.self_attention(x, x, training=training, **masks)
+
+        x = self._residual(inputs, attend, self._attention_norm, training)
+        return self._residual(
+            x, lambda h: self._feedforward(h, training=training), self._feedforward_norm, training
+        )
+
+    def _residual(self, x, sublayer, norm, training):
+        return residual_connection(
+            x, sublayer, norm, self._residual_dropout, self.norm_first, training
+        )
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "self_attention": keras.layers.serialize(self.self_attention),
+                "feedforward_dim": self.feedforward_dim,
+                "dropout": self.dropout,
+                "norm_first": self.norm_first,
+                "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["self_attention"] = keras.layers.deserialize(config["self_attention"])
+        return cls(**config)
