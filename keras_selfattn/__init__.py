@@ -2,8 +2,10 @@
 
 from keras_selfattn import layers, ops
 from keras_selfattn.layers import (
+    LocalRelativeAttention1D,
     MultiHeadAttention,
     PositionEmbedding,
+    RelativeMultiHeadAttention,
     SinusoidalPositionEncoding,
     SinusoidalPositionEncodingND,
 )

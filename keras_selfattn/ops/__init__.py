@@ -8,5 +8,17 @@ from keras_selfattn.ops.masks import (
     padding_attention_mask,
     sequence_mask,
 )
+from keras_selfattn.ops.relative import (
+    gather_relative_logits,
+    relative_distances,
+    relative_table_window,
+    shaw_table_rows,
+    skew,
+    skew_masked,
+    skew_table_rows,
+    sum_weights_by_distance,
+    unskew,
+    unskew_masked,
+)
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
 from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd

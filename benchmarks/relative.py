@@ -1,0 +1,97 @@
+"""Relative attention: skew and Shaw against plain and naive anchors.
+
+Forward+backward time and peak memory at batch 1, 8 heads, model width 512,
+causal self-attention, for:
+
+- `MultiHeadAttention` with a causal mask (the anchor the ratios divide by);
+- `RelativeMultiHeadAttention`, Music Transformer skew (`causal=True`,
+  `max_relative_position = L`, key table per head);
+- `RelativeMultiHeadAttention`, Shaw (`k = 16`, key and value tables);
+- naive Shaw: the same Shaw attention with the `[L, L, key_dim]` key and
+  value relation tensors materialised, as in Shaw et al.'s formulation.
+
+Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]`.
+"""
+
+import argparse
+
+import keras
+from keras import ops
+
+# `common` puts the repository on `sys.path`: import it first.
+from common import measure, megabytes, print_table, random_inputs
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+from keras_selfattn.ops.relative import relative_distances, shaw_table_rows
+from keras_selfattn.ops.softmax import masked_softmax
+
+NUM_HEADS, KEY_DIM, WIDTH, SHAW_K = 8, 64, 512, 16
+
+
+class NaiveShawAttention(MultiHeadAttention):
+    """Shaw et al. with materialised `[L, L, key_dim]` relations (the anchor)."""
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
+        rows = 2 * SHAW_K + 1
+        self.key_table = self.add_weight(name="key_table", shape=(rows, self._key_dim))
+        self.value_table = self.add_weight(name="value_table", shape=(rows, self._value_dim))
+
+    def _compute_attention(self, query, key, value, attention_mask=None, **kwargs):
+        length = ops.shape(query)[1]
+        rows = shaw_table_rows(relative_distances(length, length), SHAW_K)
+        key_relations = ops.take(ops.cast(self.key_table, query.dtype), rows, axis=0)
+        value_relations = ops.take(ops.cast(self.value_table, value.dtype), rows, axis=0)
+        logits = ops.einsum("bihd,bjhd->bhij", query, key)
+        logits = logits + ops.einsum("bihd,ijd->bhij", query, key_relations)
+        logits = ops.cast(logits, "float32") * self._inverse_sqrt_key_dim
+        weights = ops.cast(masked_softmax(logits, attention_mask), value.dtype)
+        output = ops.einsum("bhij,bjhd->bihd", weights, value)
+        output = output + ops.einsum("bhij,ijd->bihd", weights, value_relations)
+        return output, None
+
+
+def variants(length):
+    common = dict(num_heads=NUM_HEADS, key_dim=KEY_DIM)
+    return {
+        "mha causal (anchor)": MultiHeadAttention(**common),
+        "skew": RelativeMultiHeadAttention(max_relative_position=length, causal=True, **common),
+        "shaw": RelativeMultiHeadAttention(
+            max_relative_position=SHAW_K, relative_type="shaw", **common
+        ),
+        "naive shaw": NaiveShawAttention(**common),
+    }
+
+
+def rows_for(length, repeats):
+    x = random_inputs((1, length, WIDTH))
+    inputs = {"query": x, "value": x}
+    results = {}
+    for name, layer in variants(length).items():
+        layer(x, x, use_causal_mask=True)  # build
+        results[name] = measure(layer, inputs, {"use_causal_mask": True}, repeats=repeats)
+    anchor_seconds, anchor_bytes = results["mha causal (anchor)"]
+    return [
+        [length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
+        for name, (seconds, peak) in results.items()
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    for length in args.lengths:
+        rows += rows_for(length, args.repeats)
+    print_table(
+        f"Relative attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, causal",
+        ["L", "variant", "ms", "x time", "peak MB", "x memory"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    keras.utils.set_random_seed(0)
+    main()

@@ -1,0 +1,321 @@
+"""Masked local 1D self-attention with Music Transformer relative logits."""
+
+import keras
+from keras import ops
+
+# Not public; `keras.layers.MultiHeadAttention` clears its inputs' masks the
+# same way so that its projection sublayers do not warn about dropping them.
+from keras.src.backend import set_keras_mask
+
+from keras_selfattn.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from keras_selfattn.ops.masks import merge_masks
+from keras_selfattn.ops.relative import (
+    blocks_with_previous,
+    local_causal_mask,
+    local_relative_logits,
+    local_relative_weights,
+    relative_table_window,
+)
+from keras_selfattn.ops.softmax import masked_softmax
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class LocalRelativeAttention1D(RelativeMultiHeadAttention):
+    """Masked relative self-attention inside local 1D blocks.
+
+    The sequence is cut into query blocks of `block_length`; each block
+    attends causally to itself and to the whole previous block, so query `i`
+    in block `n = i // block_length` sees keys `(n - 1) * block_length .. i`.
+    Cost is O(L * block_length) time and memory instead of O(L^2), for
+    sequences of thousands of events. Inside each block's two-block window the
+    logits get the Music Transformer relative term (the skew of `relative_type
+    ="skew"` with `causal=True`), so this is `RelativeMultiHeadAttention`
+    restricted to a local window.
+
+    Tables: `relative_key_embeddings` `(num_heads, max_relative_position,
+    key_dim)`, or `(max_relative_position, key_dim)` with
+    `heads_share_relative_embedding=True`; row `r` stands for distance
+    `j - i = r - (max_relative_position - 1)` (the last row is distance 0).
+    Distances reach `-(2 * block_length - 1)` in a window; farther ones have
+    no row and get no relative term. `relative_value_embeddings` (with
+    `add_relative_to_values=True`) the same with `value_dim`.
+
+    With a cache (`[batch, 2, max_length, num_heads, key_dim]`), query row `i`
+    stands at position `cache_update_index + i` and sees the same window;
+    its relative rows are read directly, so a loop of one-step calls equals
+    the full pass. A full pass pads the sequence to a multiple of
+    `block_length`.
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key.
+        block_length: positions per query block, at least 1.
+        max_relative_position: rows of the relative tables (distances
+            `-(M-1) .. 0`); `None` is `2 * block_length`, every distance a
+            window holds.
+        heads_share_relative_embedding: whether one table serves every head.
+        add_relative_to_values: whether a value table is learned too.
+        relative_embeddings_initializer: initializer of the tables; `None`
+            is a normal distribution with standard deviation `key_dim**-0.5`.
+        **kwargs: the other `MultiHeadAttention` arguments (`value_dim`,
+            `dropout`, `use_bias`, `output_shape`, initializers, ...).
+
+    Call arguments:
+        query: `[batch, length, query_dim]`.
+        value: `[batch, length, value_dim]`.
+        key: optional `[batch, length, key_dim]`; defaults to `value`.
+        query_mask, value_mask, key_mask: optional `[batch, length]` padding
+            masks; Keras fills them from the inputs' Keras masks.
+        use_causal_mask: must be `True` (the attention is masked).
+        cache, cache_update_index, attention_mask, attention_bias,
+        return_attention_scores: as in `RelativeMultiHeadAttention`, for
+            cached calls. A full pass (no cache) builds its mask per block
+            and takes no `attention_mask`, `attention_bias` or scores.
+        training: whether dropout is active.
+
+    Returns:
+        `output` `[batch, length, output_dim]`; with a cache
+        `(output, cache)` (and the scores before the cache if requested).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = LocalRelativeAttention1D(num_heads=2, key_dim=4, block_length=3)
+    >>> x = np.random.rand(1, 8, 8).astype("float32")
+    >>> full = layer(x, x, use_causal_mask=True)
+    >>> tuple(layer.relative_key_embeddings.shape)
+    (2, 6, 4)
+    >>> cache = np.zeros((1, 2, 8, 2, 4), "float32")
+    >>> for t in range(8):
+    ...     step, cache = layer(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
+    ...                         cache_update_index=t, use_causal_mask=True)
+    >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
+    True
+
+    References:
+        - [Huang et al., 2019 (Music Transformer)](https://arxiv.org/abs/1809.04281)
+        - [Parmar et al., 2018 (Image Transformer)](https://arxiv.org/abs/1802.05751)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        block_length,
+        max_relative_position=None,
+        heads_share_relative_embedding=False,
+        add_relative_to_values=False,
+        relative_embeddings_initializer=None,
+        **kwargs,
+    ):
+        if not isinstance(block_length, int) or block_length < 1:
+            raise ValueError(
+                "`block_length` must be an integer >= 1. "
+                f"Received: block_length={block_length!r}"
+            )
+        if max_relative_position is None:
+            max_relative_position = 2 * block_length
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            max_relative_position=max_relative_position,
+            relative_type="skew",
+            heads_share_relative_embedding=heads_share_relative_embedding,
+            add_relative_to_values=add_relative_to_values,
+            causal=True,
+            relative_embeddings_initializer=relative_embeddings_initializer,
+            **kwargs,
+        )
+        self.block_length = block_length
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        attention_bias=None,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+    ):
+        if cache is not None or cache_update_index is not None:
+            return super().call(
+                query,
+                value,
+                key=key,
+                query_mask=query_mask,
+                value_mask=value_mask,
+                key_mask=key_mask,
+                attention_mask=attention_mask,
+                attention_bias=attention_bias,
+                cache=cache,
+                cache_update_index=cache_update_index,
+                return_attention_scores=return_attention_scores,
+                training=training,
+                use_causal_mask=use_causal_mask,
+            )
+        self._check_relative_call(cache, cache_update_index, use_causal_mask)
+        unsupported = {
+            "attention_mask": attention_mask,
+            "attention_bias": attention_bias,
+            "return_attention_scores": return_attention_scores or None,
+        }
+        for name, argument in unsupported.items():
+            if argument is not None:
+                raise ValueError(
+                    f"A full pass of `LocalRelativeAttention1D` takes no `{name}` "
+                    "(it builds its mask block by block; use `query_mask` / "
+                    f"`value_mask` for padding). Received: {name}={argument!r}"
+                )
+        if key is None:
+            key = value
+        if key is value:
+            key_mask = None
+        for tensor in (query, value, key):
+            set_keras_mask(tensor, None)
+        self._check_features(query=query, value=value, key=key)
+        self._check_self_attention_lengths(query, key, value)
+        gate = self._gate_dense(query) if self._use_gate else None
+        output = self._local_attention(
+            self._query_dense(query),
+            self._key_dense(key),
+            self._value_dense(value),
+            query_mask=query_mask,
+            key_mask=merge_masks(value_mask, key_mask),
+            training=training,
+        )
+        if gate is not None:
+            output = ops.multiply(output, gate)
+        return self._output_dense(output)
+
+    def _check_self_attention_lengths(self, query, key, value):
+        lengths = {query.shape[1], key.shape[1], value.shape[1]} - {None}
+        if len(lengths) > 1:
+            raise ValueError(
+                "Local self-attention needs `query`, `key` and `value` of one "
+                f"length. Received: query.shape={tuple(query.shape)}, "
+                f"key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
+            )
+
+    def _local_attention(self, query, key, value, query_mask, key_mask, training):
+        """Projected `[batch, L, heads, dim]` tensors -> `[batch, L, heads, value_dim]`."""
+        block = self.block_length
+        length = ops.shape(query)[1]
+        padding = (-length) % block
+        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
+        query_blocks = _pad_and_block(query, padding, block)  # [b, n, q, h, d]
+        key_windows = blocks_with_previous(_pad_right(key, padding), block)  # [b, n, m, h, d]
+        value_windows = blocks_with_previous(_pad_right(value, padding), block)
+
+        logits = ops.einsum("bnqhd,bnmhd->bhnqm", query_blocks, key_windows)
+        key_table = self._window_rows(self.relative_key_embeddings, query.dtype)
+        relative = _dot_window_rows(query_blocks, key_table)
+        logits = ops.cast(logits, "float32") + local_relative_logits(ops.cast(relative, "float32"))
+
+        mask = self._local_mask(query_mask, key_mask, length + padding, padding)
+        scores = ops.cast(masked_softmax(logits, mask), value.dtype)
+        weights = scores
+        if training and self._dropout > 0.0:
+            weights = self._dropout_layer(scores, training=training)
+        output = ops.einsum("bhnqm,bnmhd->bnqhd", weights, value_windows)
+        if self.relative_value_embeddings is not None:
+            value_table = self._window_rows(self.relative_value_embeddings, value.dtype)
+            output = output + _weigh_window_rows(local_relative_weights(weights), value_table)
+        shape = ops.shape(output)
+        output = ops.reshape(output, (shape[0], -1, shape[3], shape[4]))
+        return ops.slice(output, (0, 0, 0, 0), (-1, length, -1, -1))
+
+    def _window_rows(self, table, dtype):
+        """Table rows for the window's distances `-(2 block - 1) .. 0`."""
+        count = 2 * self.block_length
+        window = relative_table_window(table, 1 - count, count, self.max_relative_position)
+        return ops.cast(window, dtype)
+
+    def _local_mask(self, query_mask, key_mask, padded_length, padding):
+        """`[batch or 1, 1, blocks, block, 2 block]` boolean mask."""
+        block = self.block_length
+        if key_mask is None:
+            key_mask = ops.ones((1, padded_length - padding), "int32")
+        # Windows hold zeros for the right padding and before position 0.
+        key_present = blocks_with_previous(_pad_right(ops.cast(key_mask, "int32"), padding), block)
+        mask = ops.logical_and(
+            local_causal_mask(block)[None, None, None],
+            ops.cast(key_present, "bool")[:, None, :, None, :],
+        )
+        if query_mask is not None:
+            query_present = _pad_and_block(ops.cast(query_mask, "int32"), padding, block)
+            mask = ops.logical_and(mask, ops.cast(query_present, "bool")[:, None, :, :, None])
+        return mask
+
+    def _compute_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        return_attention_scores=False,
+        attention_bias=None,
+        cache_update_index=None,
+        use_causal_mask=False,
+    ):
+        """Cached calls: the dense relative attention, limited to the window."""
+        offset = 0 if cache_update_index is None else cache_update_index
+        window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
+        return super()._compute_attention(
+            query,
+            key,
+            value,
+            attention_mask=merge_masks(attention_mask, window[None, None]),
+            training=training,
+            return_attention_scores=return_attention_scores,
+            attention_bias=attention_bias,
+            cache_update_index=cache_update_index,
+            use_causal_mask=use_causal_mask,
+        )
+
+    def _window_mask(self, query_length, key_length, query_offset):
+        """`[query, key]`: keys from the start of the previous block on."""
+        positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
+        first_visible = (positions // self.block_length - 1) * self.block_length
+        keys = ops.arange(key_length, dtype="int32")
+        return keys[None, :] >= first_visible[:, None]
+
+    def get_config(self):
+        config = super().get_config()
+        del config["relative_type"], config["causal"]
+        config["block_length"] = self.block_length
+        return config
+
+
+def _pad_right(x, padding):
+    return ops.pad(x, [[0, 0], [0, padding]] + [[0, 0]] * (len(x.shape) - 2))
+
+
+def _pad_and_block(x, padding, block_length):
+    """`[batch, L, ...]` -> `[batch, blocks, block_length, ...]`."""
+    x = _pad_right(x, padding)
+    shape = ops.shape(x)
+    return ops.reshape(x, (shape[0], -1, block_length) + tuple(shape[2:]))
+
+
+def _dot_window_rows(query_blocks, table):
+    """`[b, n, q, h, d]` dotted with window rows: `[b, h, n, q, rows]`."""
+    if len(table.shape) == 2:
+        return ops.einsum("bnqhd,rd->bhnqr", query_blocks, table)
+    return ops.einsum("bnqhd,hrd->bhnqr", query_blocks, table)
+
+
+def _weigh_window_rows(weights_by_row, table):
+    """`[b, h, n, q, rows]` times window rows: `[b, n, q, h, d]`."""
+    if len(table.shape) == 2:
+        return ops.einsum("bhnqr,rd->bnqhd", weights_by_row, table)
+    return ops.einsum("bhnqr,hrd->bnqhd", weights_by_row, table)

@@ -1,0 +1,270 @@
+"""Relative-position attention terms: skewing, table rows, local blocks.
+
+Conventions: a relative table has one row per distance `j - i` (key position
+minus query position). A "relative matrix" `[..., query, columns]` holds, in
+column `c`, the term for the distance that column stands for; the skews move
+it to the usual `[..., query, key]` layout without ever forming a
+`[query, key, depth]` tensor.
+"""
+
+from keras import ops
+
+# Farther than any two positions can be apart; keeps clipped sums open-ended.
+_UNBOUNDED_DISTANCE = 2**30
+
+
+def _slice_trailing(x, starts, sizes):
+    """Slices the last `len(starts)` axes; a size of -1 runs to the end.
+
+    `ops.slice` rather than `x[..., a:b]`: on the CPU TensorFlow's
+    strided-slice gradient is over 20 times slower than the slice's.
+    """
+    leading = len(x.shape) - len(starts)
+    return ops.slice(x, (0,) * leading + tuple(starts), (-1,) * leading + tuple(sizes))
+
+
+def _split_last_two(x):
+    shape = ops.shape(x)
+    return tuple(shape[:-2]), shape[-2], shape[-1]
+
+
+def skew_masked(x):
+    """Music Transformer skew of a masked relative matrix.
+
+    Args:
+        x: `[..., L, L]`, column `c` standing for distance `c - (L - 1)`
+            (distances `-(L-1) .. 0`).
+
+    Returns:
+        `[..., L, L]` with `out[i, j] = x[i, j - i + L - 1]` for `j <= i`. The
+        upper triangle (`j > i`) holds unrelated entries: mask it.
+    """
+    leading, length, _ = _split_last_two(x)
+    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
+    padded = ops.reshape(padded, leading + (length + 1, length))
+    return _slice_trailing(padded, (1, 0), (-1, -1))
+
+
+def skew(x, key_length):
+    """Skew of a relative matrix covering every query-key distance.
+
+    Args:
+        x: `[..., Lq, Lq + key_length - 1]`, column `c` standing for distance
+            `c - (Lq - 1)` (distances `-(Lq-1) .. key_length-1`). With
+            `Lq == key_length == L` this is the unmasked `2L - 1` layout.
+        key_length: number of key positions `Lk`.
+
+    Returns:
+        `[..., Lq, Lk]` with `out[i, j] = x[i, j - i + Lq - 1]`.
+    """
+    leading, query_length, width = _split_last_two(x)
+    # With one extra column, row i starts i entries later than a row stride
+    # of `width`, so reading with stride `width` shifts row i left by i.
+    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, 1]])
+    flat = ops.reshape(padded, leading + (query_length * (width + 1),))
+    flat = _slice_trailing(flat, (query_length - 1,), (query_length * width,))
+    return _slice_trailing(ops.reshape(flat, leading + (query_length, width)), (0,), (key_length,))
+
+
+def unskew_masked(x):
+    """Inverse of `skew_masked` for a matrix whose upper triangle is zero.
+
+    Args:
+        x: `[..., L, L]` in query-key layout, zero where `j > i` (e.g.
+            causally masked attention weights).
+
+    Returns:
+        `[..., L, L]` with `out[i, c] = x[i, c + i - (L - 1)]`, zero where that
+        key is before position 0.
+    """
+    leading, length, _ = _split_last_two(x)
+    padded = ops.pad(x, [[0, 0]] * len(leading) + [[1, 0], [0, 0]])
+    padded = ops.reshape(padded, leading + (length, length + 1))
+    return _slice_trailing(padded, (1,), (-1,))
+
+
+def unskew(x):
+    """Inverse of `skew`: query-key layout to the full relative layout.
+
+    Args:
+        x: `[..., Lq, Lk]`.
+
+    Returns:
+        `[..., Lq, Lq + Lk - 1]` with `out[i, c] = x[i, c + i - (Lq - 1)]`,
+        zero where that key lies outside `0 .. Lk - 1`.
+    """
+    leading, query_length, key_length = _split_last_two(x)
+    width = query_length + key_length - 1
+    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, query_length - 1]])
+    flat = ops.reshape(padded, leading + (query_length * width,))
+    flat = ops.pad(flat, [[0, 0]] * len(leading) + [[query_length - 1, 1]])
+    return _slice_trailing(ops.reshape(flat, leading + (query_length, width + 1)), (0,), (width,))
+
+
+def relative_distances(query_length, key_length, query_offset=0):
+    """`[Lq, Lk]` int32 distances `j - (query_offset + i)`."""
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
+        query_offset, "int32"
+    )
+    key_positions = ops.arange(key_length, dtype="int32")
+    return key_positions[None, :] - query_positions[:, None]
+
+
+def skew_table_rows(distances, max_relative_position, num_rows):
+    """Rows of a skew table (row `r` = distance `r - (M - 1)`) and validity.
+
+    Returns:
+        `(rows, valid)`: rows clipped into the table, and whether the distance
+        has a row at all (no relative term otherwise).
+    """
+    rows = distances + (max_relative_position - 1)
+    valid = ops.logical_and(rows >= 0, rows < num_rows)
+    return ops.clip(rows, 0, num_rows - 1), valid
+
+
+def shaw_table_rows(distances, max_relative_position):
+    """Rows of a Shaw table: distance clipped to `[-k, k]`, plus `k`."""
+    k = max_relative_position
+    return ops.clip(distances, -k, k) + k
+
+
+def relative_table_window(table, first_distance, count, max_relative_position):
+    """Rows of a skew table for distances `first_distance .. + count - 1`.
+
+    Args:
+        table: `[..., rows, depth]`, row `r` standing for distance
+            `r - (max_relative_position - 1)`.
+        first_distance: the distance of the first returned row.
+        count: number of rows to return.
+        max_relative_position: `M`.
+
+    Returns:
+        `[..., count, depth]`; zero rows for distances the table lacks.
+    """
+    distances = ops.arange(count, dtype="int32") + ops.cast(first_distance, "int32")
+    rows, valid = skew_table_rows(distances, max_relative_position, table.shape[-2])
+    window = ops.take(table, rows, axis=-2)
+    return window * ops.cast(valid, table.dtype)[:, None]
+
+
+def gather_relative_logits(query_table_logits, rows):
+    """Relative logits picked from `query . table` products per query and key.
+
+    Args:
+        query_table_logits: `[..., Lq, R]`, query `i` dotted with each of the
+            `R` table rows.
+        rows: `[Lq, Lk]` int32 table row of each query-key pair.
+
+    Returns:
+        `[..., Lq, Lk]` with `out[..., i, j] = query_table_logits[..., i, rows[i, j]]`.
+    """
+    leading, query_length, num_rows = _split_last_two(query_table_logits)
+    flat = ops.reshape(query_table_logits, leading + (query_length * num_rows,))
+    offsets = ops.arange(query_length, dtype="int32")[:, None] * num_rows
+    return ops.take(flat, offsets + ops.cast(rows, "int32"), axis=-1)
+
+
+def sum_weights_by_distance(weights, query_positions, low, high):
+    """Sums attention weights over the keys of each relative row.
+
+    Row `r` collects the keys `j` with `low[r] <= j - query_positions[i] <=
+    high[r]`: one distance for a skew table, the clipped ends of a Shaw table.
+
+    Args:
+        weights: `[..., Lq, Lk]` attention weights.
+        query_positions: `[Lq]` int32 absolute position of each query.
+        low: `[R]` int32 smallest distance of each row.
+        high: `[R]` int32 largest distance of each row.
+
+    Returns:
+        `[..., Lq, R]`.
+    """
+    leading, query_length, key_length = _split_last_two(weights)
+    # cumulative[..., i, m] = sum of weights[..., i, :m]
+    cumulative = ops.cumsum(weights, axis=-1)
+    cumulative = ops.pad(cumulative, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
+    flat = ops.reshape(cumulative, leading + (query_length * (key_length + 1),))
+    positions = ops.cast(query_positions, "int32")[:, None]
+    start = ops.clip(positions + low[None, :], 0, key_length)
+    stop = ops.clip(positions + high[None, :] + 1, 0, key_length)
+    offsets = ops.arange(query_length, dtype="int32")[:, None] * (key_length + 1)
+    return ops.take(flat, offsets + stop, axis=-1) - ops.take(flat, offsets + start, axis=-1)
+
+
+def skew_row_distances(max_relative_position, num_rows):
+    """`(low, high)` distance ranges of skew table rows: one distance each."""
+    distances = ops.arange(num_rows, dtype="int32") - (max_relative_position - 1)
+    return distances, distances
+
+
+def shaw_row_distances(max_relative_position):
+    """`(low, high)` distance ranges of Shaw rows; the end rows are open."""
+    k = max_relative_position
+    distances = ops.arange(2 * k + 1, dtype="int32") - k
+    is_first = ops.equal(distances, -k)
+    is_last = ops.equal(distances, k)
+    low = ops.where(is_first, -_UNBOUNDED_DISTANCE, distances)
+    high = ops.where(is_last, _UNBOUNDED_DISTANCE, distances)
+    return low, high
+
+
+def blocks_with_previous(x, block_length):
+    """Cuts `[batch, L, ...]` into memory windows of two blocks.
+
+    Args:
+        x: `[batch, L, ...]` with `L` a multiple of `block_length`.
+        block_length: positions per block.
+
+    Returns:
+        `[batch, L // block_length, 2 * block_length, ...]`: window `n` holds
+        block `n - 1` then block `n`; the block before the first is zeros.
+    """
+    shape = ops.shape(x)
+    rest = tuple(shape[2:])
+    padded = ops.pad(x, [[0, 0], [block_length, 0]] + [[0, 0]] * len(rest))
+    blocks = ops.reshape(padded, (shape[0], -1, block_length) + rest)
+    rest = len(blocks.shape) - 2
+    count = ops.shape(blocks)[1] - 1
+    previous = ops.slice(blocks, (0, 0) + (0,) * rest, (-1, count) + (-1,) * rest)
+    current = ops.slice(blocks, (0, 1) + (0,) * rest, (-1, -1) + (-1,) * rest)
+    return ops.concatenate([previous, current], axis=2)
+
+
+def local_causal_mask(block_length):
+    """`[block, 2 * block]` mask of one query block over its two-block window.
+
+    Query `q` of the block may see window entry `m` when `m <= block + q`.
+    """
+    queries = ops.arange(block_length, dtype="int32")[:, None]
+    window = ops.arange(2 * block_length, dtype="int32")[None, :]
+    return window <= block_length + queries
+
+
+def local_relative_logits(query_table_logits):
+    """Relative logits of a query block over its two-block window.
+
+    Args:
+        query_table_logits: `[..., block, 2 * block]`, query `q` dotted with
+            the table rows for distances `-(2 block - 1) .. 0`.
+
+    Returns:
+        `[..., block, 2 * block]` in query-window layout; entries for future
+        keys (`m > block + q`) are zero.
+    """
+    leading, block_length, _ = _split_last_two(query_table_logits)
+    future = [[0, 0]] * len(leading) + [[0, 0], [0, block_length - 1]]
+    return skew(ops.pad(query_table_logits, future), 2 * block_length)
+
+
+def local_relative_weights(weights):
+    """Inverse of `local_relative_logits`: weights by distance `-(2b-1) .. 0`.
+
+    Args:
+        weights: `[..., block, 2 * block]` in query-window layout.
+
+    Returns:
+        `[..., block, 2 * block]`, column `c` holding the weight of distance
+        `c - (2 block - 1)`.
+    """
+    block_length = ops.shape(weights)[-2]
+    return _slice_trailing(unskew(weights), (0,), (2 * block_length,))

@@ -1,0 +1,139 @@
+import numpy as np
+import pytest
+from keras import ops
+from layer_testing import run_layer_test
+from test_relative_multi_head_attention import (
+    KEY_DIM,
+    NUM_HEADS,
+    cached_loop,
+    inputs,
+    naive_relative_attention,
+    skew_relation,
+)
+
+from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
+
+
+def make_layer(**kwargs):
+    return LocalRelativeAttention1D(num_heads=NUM_HEADS, key_dim=KEY_DIM, **kwargs)
+
+
+def local_window(block_length):
+    """Query `i` sees keys from the start of the previous block up to `i`."""
+
+    def allowed(i, j):
+        return (i // block_length - 1) * block_length <= j <= i
+
+    return allowed
+
+
+@pytest.mark.parametrize(
+    "length, block_length, max_relative_position",
+    [(1, 4, None), (7, 3, None), (40, 8, 5), (300, 32, None), (300, 16, 48)],
+)
+@pytest.mark.parametrize("shared", [False, True], ids=["per_head", "shared"])
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys_values"])
+def test_matches_naive_local_relations(length, block_length, max_relative_position, shared, values):
+    layer = make_layer(
+        block_length=block_length,
+        max_relative_position=max_relative_position,
+        heads_share_relative_embedding=shared,
+        add_relative_to_values=values,
+    )
+    x = inputs(1 if length > 100 else 2, length)
+    output = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    rows = max_relative_position or 2 * block_length
+    table_shape = (rows, KEY_DIM) if shared else (NUM_HEADS, rows, KEY_DIM)
+    assert tuple(layer.relative_key_embeddings.shape) == table_shape
+    expected = naive_relative_attention(layer, x, skew_relation(rows), local_window(block_length))
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_masks():
+    layer = make_layer(block_length=3, add_relative_to_values=True)
+    x = inputs(2, 10)
+    present = np.arange(10)[None, :] < np.array([[6], [10]])
+    output = ops.convert_to_numpy(
+        layer(x, x, query_mask=present, value_mask=present, use_causal_mask=True)
+    )
+    expected = naive_relative_attention(layer, x, skew_relation(6), local_window(3), key_mask=present)
+    np.testing.assert_allclose(output[1], expected[1], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(output[0, :6], expected[0, :6], atol=1e-5, rtol=1e-5)
+    # Padded queries attend to nothing: only the output projection's bias is left.
+    bias = ops.convert_to_numpy(layer.output_dense.bias)
+    np.testing.assert_allclose(output[0, 6:], np.broadcast_to(bias, (4, bias.shape[0])), atol=1e-6)
+
+
+@pytest.mark.parametrize("prefill", [0, 5])
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys_values"])
+def test_cached_loop_equals_full_pass(prefill, values):
+    layer = make_layer(block_length=4, add_relative_to_values=values)
+    x = inputs(2, 13)
+    full = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    looped, cache = cached_loop(layer, x, prefill)
+    np.testing.assert_allclose(looped, full, atol=1e-5, rtol=1e-5)
+    _, full_cache = layer(
+        x, x, cache=np.zeros_like(cache), cache_update_index=0, use_causal_mask=True
+    )
+    np.testing.assert_allclose(cache, ops.convert_to_numpy(full_cache), atol=1e-6)
+
+
+def test_never_attends_to_the_future_or_outside_its_window():
+    block_length = 4
+    layer = make_layer(block_length=block_length, add_relative_to_values=True)
+    x = inputs(2, 20)
+    before = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    for t in (0, 9, 18):
+        changed = x.copy()
+        changed[:, t + 1 :] *= -3.0
+        after = ops.convert_to_numpy(layer(changed, changed, use_causal_mask=True))
+        np.testing.assert_allclose(after[:, : t + 1], before[:, : t + 1], atol=1e-6)
+    # Positions 12.. (block 3 on) do not see block 1 (positions 4..7).
+    changed = x.copy()
+    changed[:, 4:8] *= -3.0
+    after = ops.convert_to_numpy(layer(changed, changed, use_causal_mask=True))
+    np.testing.assert_allclose(after[:, 12:], before[:, 12:], atol=1e-6)
+    assert not np.allclose(after[:, 8:12], before[:, 8:12])
+
+
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys_values"])
+def test_shared_layer_checks(values, tmp_path):
+    x = inputs(2, 11)
+    run_layer_test(
+        LocalRelativeAttention1D,
+        dict(num_heads=NUM_HEADS, key_dim=KEY_DIM, block_length=4, add_relative_to_values=values),
+        {"query": x, "value": x},
+        tmp_path,
+        call_kwargs={"use_causal_mask": True},
+    )
+
+
+@pytest.mark.parametrize("block_length", [0, -1, 2.0])
+def test_bad_block_length(block_length):
+    with pytest.raises(ValueError, match="block_length"):
+        make_layer(block_length=block_length)
+
+
+def test_bad_max_relative_position():
+    with pytest.raises(ValueError, match="max_relative_position"):
+        make_layer(block_length=4, max_relative_position=0)
+
+
+def test_refuses_an_unmasked_call():
+    layer = make_layer(block_length=2)
+    x = inputs(1, 4)
+    with pytest.raises(ValueError, match="use_causal_mask"):
+        layer(x, x)
+
+
+def test_full_pass_refuses_a_dense_attention_mask():
+    layer = make_layer(block_length=2)
+    x = inputs(1, 4)
+    with pytest.raises(ValueError, match="attention_mask"):
+        layer(x, x, attention_mask=np.ones((4, 4), bool), use_causal_mask=True)
+
+
+def test_full_pass_needs_one_length():
+    layer = make_layer(block_length=2)
+    with pytest.raises(ValueError, match="one length"):
+        layer(inputs(1, 4), inputs(1, 6), use_causal_mask=True)

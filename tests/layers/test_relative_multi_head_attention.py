@@ -1,0 +1,287 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.layers.relative_multi_head_attention import (
+    RelativeMultiHeadAttention,
+)
+from layer_testing import run_layer_test
+
+NUM_HEADS, KEY_DIM, WIDTH = 2, 4, 6
+
+
+def weights_of(layer):
+    """The projection kernels and biases, and the relative tables, as numpy."""
+    names = ("query_dense", "key_dense", "value_dense", "output_dense")
+    dense = {name: getattr(layer, name) for name in names}
+    result = {name: (ops.convert_to_numpy(d.kernel).astype("float64"), ops.convert_to_numpy(d.bias).astype("float64")) for name, d in dense.items()}
+    result["key_table"] = ops.convert_to_numpy(layer.relative_key_embeddings).astype("float64")
+    value_table = layer.relative_value_embeddings
+    result["value_table"] = None if value_table is None else ops.convert_to_numpy(value_table).astype("float64")
+    return result
+
+
+def head_table(table, head):
+    return table if table.ndim == 2 else table[head]
+
+
+def skew_relation(max_relative_position):
+    """Music Transformer: row `d + M - 1`, nothing beyond the table."""
+
+    def row(table, distance):
+        index = distance + max_relative_position - 1
+        if 0 <= index < table.shape[0]:
+            return table[index]
+        return np.zeros(table.shape[1])
+
+    return row
+
+
+def shaw_relation(k):
+    return lambda table, distance: table[min(max(distance, -k), k) + k]
+
+
+def naive_relative_attention(layer, x, relation, allowed, key_mask=None):
+    """Relative attention with `[L, L, d]` relations, written with loops.
+
+    `allowed(i, j)` says whether query `i` may see key `j`.
+    """
+    w = weights_of(layer)
+    x = x.astype("float64")
+    projected = {
+        name: np.einsum("bli,ihd->blhd", x, w[name][0]) + w[name][1]
+        for name in ("query_dense", "key_dense", "value_dense")
+    }
+    q, k, v = projected["query_dense"], projected["key_dense"], projected["value_dense"]
+    batch, length, heads, depth = q.shape
+    mask = np.array([[allowed(i, j) for j in range(length)] for i in range(length)], bool)
+    mask = np.broadcast_to(mask, (batch, length, length))
+    if key_mask is not None:
+        mask = mask & key_mask[:, None, :]
+    attended = np.zeros(v.shape)
+    for h in range(heads):
+        key_relations = np.zeros((length, length, depth))
+        value_relations = np.zeros((length, length, v.shape[-1]))
+        for i in range(length):
+            for j in range(length):
+                key_relations[i, j] = relation(head_table(w["key_table"], h), j - i)
+                if w["value_table"] is not None:
+                    value_relations[i, j] = relation(head_table(w["value_table"], h), j - i)
+        logits = np.einsum("bid,bjd->bij", q[:, :, h], k[:, :, h])
+        logits += np.einsum("bid,ijd->bij", q[:, :, h], key_relations)
+        logits /= np.sqrt(depth)
+        logits = np.where(mask, logits, -np.inf)
+        peak = np.max(logits, axis=-1, keepdims=True)
+        exp = np.where(mask, np.exp(logits - np.where(np.isfinite(peak), peak, 0.0)), 0.0)
+        probabilities = exp / np.maximum(exp.sum(-1, keepdims=True), 1e-30)
+        attended[:, :, h] = np.einsum("bij,bjd->bid", probabilities, v[:, :, h])
+        attended[:, :, h] += np.einsum("bij,ijd->bid", probabilities, value_relations)
+    kernel, bias = w["output_dense"]
+    return np.einsum("blhd,hdo->blo", attended, kernel) + bias
+
+
+def causal(i, j):
+    return j <= i
+
+
+def everything(i, j):
+    return True
+
+
+def inputs(batch, length, seed=0):
+    return np.random.default_rng(seed).normal(size=(batch, length, WIDTH)).astype("float32")
+
+
+def make_layer(**kwargs):
+    return RelativeMultiHeadAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, **kwargs)
+
+
+LENGTH_AND_MAX = [(1, 3), (6, 9), (23, 5), (300, 16)]
+
+
+@pytest.mark.parametrize("length, max_relative_position", LENGTH_AND_MAX)
+@pytest.mark.parametrize("mode", ["unmasked", "masked", "masked_with_full_table"])
+@pytest.mark.parametrize("shared", [False, True], ids=["per_head", "shared"])
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys_values"])
+def test_skew_matches_naive_relations(length, max_relative_position, mode, shared, values):
+    layer = make_layer(
+        max_relative_position=max_relative_position,
+        heads_share_relative_embedding=shared,
+        add_relative_to_values=values,
+        causal=mode == "masked",
+    )
+    x = inputs(1 if length > 100 else 2, length)
+    masked = mode != "unmasked"
+    output = ops.convert_to_numpy(layer(x, x, use_causal_mask=masked))
+    rows = max_relative_position if mode == "masked" else 2 * max_relative_position - 1
+    table_shape = (rows, KEY_DIM) if shared else (NUM_HEADS, rows, KEY_DIM)
+    assert tuple(layer.relative_key_embeddings.shape) == table_shape
+    assert (layer.relative_value_embeddings is not None) == values
+    expected = naive_relative_attention(
+        layer, x, skew_relation(max_relative_position), causal if masked else everything
+    )
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [1, 6, 23, 300])
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "per_head"])
+def test_shaw_matches_naive_relations(length, masked, shared):
+    k = 4
+    layer = make_layer(max_relative_position=k, relative_type="shaw", heads_share_relative_embedding=shared)
+    x = inputs(1 if length > 100 else 2, length)
+    output = ops.convert_to_numpy(layer(x, x, use_causal_mask=masked))
+    table_shape = (2 * k + 1, KEY_DIM) if shared else (NUM_HEADS, 2 * k + 1, KEY_DIM)
+    assert tuple(layer.relative_key_embeddings.shape) == table_shape
+    assert tuple(layer.relative_value_embeddings.shape) == table_shape
+    expected = naive_relative_attention(layer, x, shaw_relation(k), causal if masked else everything)
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_shaw_without_value_table():
+    layer = make_layer(max_relative_position=2, relative_type="shaw", add_relative_to_values=False)
+    x = inputs(2, 9)
+    output = ops.convert_to_numpy(layer(x, x))
+    assert layer.relative_value_embeddings is None
+    expected = naive_relative_attention(layer, x, shaw_relation(2), everything)
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_key_padding_mask_with_relative_logits():
+    layer = make_layer(max_relative_position=3, add_relative_to_values=True)
+    x = inputs(2, 8)
+    key_mask = np.arange(8)[None, :] < np.array([[5], [8]])
+    output = ops.convert_to_numpy(layer(x, x, value_mask=key_mask, use_causal_mask=True))
+    expected = naive_relative_attention(layer, x, skew_relation(3), causal, key_mask=key_mask)
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def cached_loop(layer, x, prefill=0):
+    """Runs `x` through the cache: one call for `prefill` positions, then steps."""
+    batch, length, _ = x.shape
+    cache = np.zeros((batch, 2, length, NUM_HEADS, KEY_DIM), "float32")
+    outputs = []
+    if prefill:
+        output, cache = layer(x[:, :prefill], x[:, :prefill], cache=cache, cache_update_index=0, use_causal_mask=True)
+        outputs.append(ops.convert_to_numpy(output))
+    for t in range(prefill, length):
+        step = x[:, t : t + 1]
+        output, cache = layer(step, step, cache=cache, cache_update_index=t, use_causal_mask=True)
+        outputs.append(ops.convert_to_numpy(output))
+    return np.concatenate(outputs, axis=1), ops.convert_to_numpy(cache)
+
+
+CACHED_SETTINGS = {
+    "skew_masked_table": dict(max_relative_position=4, causal=True),
+    "skew_full_table_values": dict(max_relative_position=4, add_relative_to_values=True),
+    "skew_shared_long_table": dict(
+        max_relative_position=30, heads_share_relative_embedding=True, add_relative_to_values=True
+    ),
+    "shaw": dict(max_relative_position=3, relative_type="shaw"),
+}
+
+
+@pytest.mark.parametrize("settings", CACHED_SETTINGS.values(), ids=CACHED_SETTINGS.keys())
+@pytest.mark.parametrize("prefill", [0, 5])
+def test_cached_loop_equals_full_causal_pass(settings, prefill):
+    layer = make_layer(**settings)
+    x = inputs(2, 12)
+    full = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    looped, cache = cached_loop(layer, x, prefill)
+    np.testing.assert_allclose(looped, full, atol=1e-5, rtol=1e-5)
+    _, full_cache = layer(
+        x, x, cache=np.zeros_like(cache), cache_update_index=0, use_causal_mask=True
+    )
+    np.testing.assert_allclose(cache, ops.convert_to_numpy(full_cache), atol=1e-6)
+
+
+@pytest.mark.parametrize("max_relative_position", [3, 40])
+@pytest.mark.parametrize("settings", [dict(causal=True), dict(add_relative_to_values=True)])
+def test_masked_skew_never_attends_to_the_future(max_relative_position, settings):
+    layer = make_layer(max_relative_position=max_relative_position, **settings)
+    x = inputs(2, 20)
+    before = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    for t in (0, 7, 18):
+        changed = x.copy()
+        changed[:, t + 1 :] = inputs(2, 20, seed=t + 1)[:, t + 1 :] * 10.0
+        after = ops.convert_to_numpy(layer(changed, changed, use_causal_mask=True))
+        np.testing.assert_allclose(after[:, : t + 1], before[:, : t + 1], atol=1e-6)
+        assert not np.allclose(after[:, t + 1 :], before[:, t + 1 :])
+
+
+LAYER_TEST_SETTINGS = {
+    "skew_masked_values": (dict(max_relative_position=5, causal=True, add_relative_to_values=True), True),
+    "skew_unmasked_shared": (dict(max_relative_position=3, heads_share_relative_embedding=True), False),
+    "shaw": (dict(max_relative_position=2, relative_type="shaw", dropout=0.1), True),
+}
+
+
+@pytest.mark.parametrize("settings, masked", LAYER_TEST_SETTINGS.values(), ids=LAYER_TEST_SETTINGS.keys())
+def test_shared_layer_checks(settings, masked, tmp_path):
+    x = inputs(2, 7)
+    run_layer_test(
+        RelativeMultiHeadAttention,
+        dict(num_heads=NUM_HEADS, key_dim=KEY_DIM, **settings),
+        {"query": x, "value": x},
+        tmp_path,
+        call_kwargs={"use_causal_mask": masked},
+    )
+
+
+def test_config_keeps_relative_options():
+    layer = make_layer(
+        max_relative_position=7,
+        relative_type="shaw",
+        heads_share_relative_embedding=False,
+        add_relative_to_values=True,
+        relative_embeddings_initializer="zeros",
+    )
+    revived = RelativeMultiHeadAttention.from_config(layer.get_config())
+    assert revived.max_relative_position == 7
+    assert revived.relative_type == "shaw"
+    assert revived.heads_share_relative_embedding is False
+    x = inputs(1, 3)
+    revived(x, x)
+    assert tuple(revived.relative_key_embeddings.shape) == (NUM_HEADS, 15, KEY_DIM)
+    np.testing.assert_array_equal(ops.convert_to_numpy(revived.relative_key_embeddings), 0.0)
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5])
+def test_bad_max_relative_position(value):
+    with pytest.raises(ValueError, match="max_relative_position"):
+        make_layer(max_relative_position=value)
+
+
+def test_unknown_relative_type_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"relative_type.*'skew', 'shaw'"):
+        make_layer(max_relative_position=2, relative_type="t5")
+
+
+def test_causal_layer_refuses_an_unmasked_call():
+    layer = make_layer(max_relative_position=2, causal=True)
+    x = inputs(1, 4)
+    with pytest.raises(ValueError, match="use_causal_mask"):
+        layer(x, x)
+
+
+def test_cache_needs_its_update_index():
+    layer = make_layer(max_relative_position=2)
+    x = inputs(1, 4)
+    cache = np.zeros((1, 2, 4, NUM_HEADS, KEY_DIM), "float32")
+    with pytest.raises(ValueError, match="cache_update_index"):
+        layer(x[:, :1], x[:, :1], cache=cache, use_causal_mask=True)
+
+
+def test_cache_too_short_for_the_update():
+    layer = make_layer(max_relative_position=2)
+    x = inputs(1, 4)
+    cache = np.zeros((1, 2, 4, NUM_HEADS, KEY_DIM), "float32")
+    with pytest.raises(ValueError, match=r"cache_update_index.*\[0, 2\]"):
+        layer(x[:, :2], x[:, :2], cache=cache, cache_update_index=3, use_causal_mask=True)
+
+
+def test_needs_sequence_inputs():
+    layer = make_layer(max_relative_position=2)
+    image = np.zeros((1, 3, 3, WIDTH), "float32")
+    with pytest.raises(ValueError, match="attention_axes"):
+        layer(image, image)

@@ -1,0 +1,192 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.ops.relative import (
+    blocks_with_previous,
+    gather_relative_logits,
+    local_causal_mask,
+    local_relative_logits,
+    local_relative_weights,
+    relative_distances,
+    relative_table_window,
+    shaw_row_distances,
+    shaw_table_rows,
+    skew,
+    skew_masked,
+    skew_row_distances,
+    skew_table_rows,
+    sum_weights_by_distance,
+    unskew,
+    unskew_masked,
+)
+
+LENGTHS = [1, 2, 5, 37]
+
+
+def numpy(x):
+    return ops.convert_to_numpy(x)
+
+
+def random(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_skew_masked_moves_distances_to_keys_below_the_diagonal(length):
+    x = random(2, 3, length, length)
+    out = numpy(skew_masked(x))
+    assert out.shape == x.shape
+    for i in range(length):
+        for j in range(i + 1):
+            np.testing.assert_array_equal(out[..., i, j], x[..., i, j - i + length - 1])
+
+
+@pytest.mark.parametrize("query_length", LENGTHS)
+@pytest.mark.parametrize("key_length", [1, 4, 37])
+def test_skew_covers_every_distance(query_length, key_length):
+    x = random(2, query_length, query_length + key_length - 1)
+    out = numpy(skew(x, key_length))
+    assert out.shape == (2, query_length, key_length)
+    for i in range(query_length):
+        for j in range(key_length):
+            np.testing.assert_array_equal(out[:, i, j], x[:, i, j - i + query_length - 1])
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_unskew_masked_inverts_the_skew_of_a_lower_triangle(length):
+    weights = np.tril(random(2, length, length))
+    out = numpy(unskew_masked(weights))
+    for i in range(length):
+        for c in range(length):
+            j = c + i - (length - 1)
+            expected = weights[:, i, j] if j >= 0 else 0.0
+            np.testing.assert_array_equal(out[:, i, c], expected)
+    np.testing.assert_array_equal(np.tril(numpy(skew_masked(out))), weights)
+
+
+@pytest.mark.parametrize("query_length", LENGTHS)
+@pytest.mark.parametrize("key_length", [1, 4, 37])
+def test_unskew_places_each_key_at_its_distance(query_length, key_length):
+    weights = random(3, query_length, key_length)
+    out = numpy(unskew(weights))
+    assert out.shape == (3, query_length, query_length + key_length - 1)
+    for i in range(query_length):
+        for c in range(query_length + key_length - 1):
+            j = c + i - (query_length - 1)
+            expected = weights[:, i, j] if 0 <= j < key_length else 0.0
+            np.testing.assert_array_equal(out[:, i, c], expected)
+    np.testing.assert_array_equal(numpy(skew(out, key_length)), weights)
+
+
+def test_relative_distances_count_from_the_query_offset():
+    distances = numpy(relative_distances(2, 5, query_offset=3))
+    np.testing.assert_array_equal(distances, [[-3, -2, -1, 0, 1], [-4, -3, -2, -1, 0]])
+
+
+def test_skew_table_rows_have_no_row_beyond_the_table():
+    distances = np.arange(-4, 4, dtype="int32")
+    rows, valid = skew_table_rows(distances, max_relative_position=3, num_rows=5)
+    np.testing.assert_array_equal(numpy(valid), [False, False, True, True, True, True, True, False])
+    np.testing.assert_array_equal(numpy(rows)[2:7], [0, 1, 2, 3, 4])
+
+
+def test_shaw_table_rows_clip_distances():
+    distances = np.arange(-5, 6, dtype="int32")
+    expected = [np.clip(d, -2, 2) + 2 for d in range(-5, 6)]
+    np.testing.assert_array_equal(numpy(shaw_table_rows(distances, 2)), expected)
+
+
+@pytest.mark.parametrize("first_distance, count", [(-6, 13), (-2, 3), (0, 1), (-10, 4)])
+def test_relative_table_window_zero_pads_missing_distances(first_distance, count):
+    max_relative_position = 4
+    table = random(2, 2 * max_relative_position - 1, 3)
+    window = numpy(relative_table_window(table, first_distance, count, max_relative_position))
+    assert window.shape == (2, count, 3)
+    for n in range(count):
+        row = first_distance + n + max_relative_position - 1
+        expected = table[:, row] if 0 <= row < table.shape[1] else np.zeros((2, 3))
+        np.testing.assert_array_equal(window[:, n], expected)
+
+
+def test_gather_relative_logits_picks_each_pairs_row():
+    dots = random(2, 3, 4, 7)
+    rows = np.random.default_rng(1).integers(0, 7, size=(4, 6)).astype("int32")
+    out = numpy(gather_relative_logits(dots, rows))
+    for i in range(4):
+        for j in range(6):
+            np.testing.assert_array_equal(out[:, :, i, j], dots[:, :, i, rows[i, j]])
+
+
+def naive_sum_by_row(weights, positions, row_of_distance, num_rows):
+    out = np.zeros(weights.shape[:-1] + (num_rows,))
+    for i, position in enumerate(positions):
+        for j in range(weights.shape[-1]):
+            row = row_of_distance(j - position)
+            if row is not None:
+                out[..., i, row] += weights[..., i, j]
+    return out
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_sum_weights_by_distance_for_skew_rows(offset):
+    max_relative_position, num_rows = 4, 7
+    weights = np.abs(random(2, 3, 10))
+    positions = np.arange(3, dtype="int32") + offset
+    low, high = skew_row_distances(max_relative_position, num_rows)
+    out = numpy(sum_weights_by_distance(weights, positions, low, high))
+
+    def row_of(distance):
+        row = distance + max_relative_position - 1
+        return row if 0 <= row < num_rows else None
+
+    np.testing.assert_allclose(out, naive_sum_by_row(weights, positions, row_of, num_rows), atol=1e-6)
+
+
+@pytest.mark.parametrize("offset", [0, 4])
+def test_sum_weights_by_distance_for_clipped_shaw_rows(offset):
+    k = 2
+    weights = np.abs(random(2, 5, 12))
+    positions = np.arange(5, dtype="int32") + offset
+    low, high = shaw_row_distances(k)
+    out = numpy(sum_weights_by_distance(weights, positions, low, high))
+    expected = naive_sum_by_row(weights, positions, lambda d: int(np.clip(d, -k, k)) + k, 2 * k + 1)
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    np.testing.assert_allclose(out.sum(-1), weights.sum(-1), atol=1e-6)
+
+
+def test_blocks_with_previous_pairs_each_block_with_the_one_before():
+    x = random(2, 6, 3)
+    windows = numpy(blocks_with_previous(x, 2))
+    assert windows.shape == (2, 3, 4, 3)
+    np.testing.assert_array_equal(windows[:, 0, :2], 0.0)
+    for n in range(3):
+        for m in range(4):
+            position = (n - 1) * 2 + m
+            if position >= 0:
+                np.testing.assert_array_equal(windows[:, n, m], x[:, position])
+
+
+def test_local_causal_mask_sees_previous_block_and_the_past_of_its_own():
+    mask = numpy(local_causal_mask(3))
+    for q in range(3):
+        for m in range(6):
+            assert mask[q, m] == (m - 3 <= q)
+
+
+@pytest.mark.parametrize("block_length", [1, 3, 8])
+def test_local_relative_logits_and_weights(block_length):
+    b = block_length
+    dots = random(2, 4, b, 2 * b)  # column c: distance c - (2b - 1)
+    logits = numpy(local_relative_logits(dots))
+    weights = random(2, 4, b, 2 * b, seed=1) * numpy(local_causal_mask(b))
+    by_distance = numpy(local_relative_weights(weights))
+    for q in range(b):
+        for m in range(2 * b):
+            distance = m - b - q
+            column = distance + 2 * b - 1
+            if distance <= 0:
+                np.testing.assert_array_equal(logits[..., q, m], dots[..., q, column])
+                np.testing.assert_array_equal(by_distance[..., q, column], weights[..., q, m])
+            else:
+                np.testing.assert_array_equal(logits[..., q, m], 0.0)
