@@ -1,6 +1,15 @@
 """Pure tensor functions behind the layers; `keras.ops` only."""
 
 from keras_selfattn.ops.attention import attention_logits, dot_product_attention
+from keras_selfattn.ops.dmol import (
+    DmolParams,
+    dmol_negative_log_likelihood,
+    dmol_num_params,
+    pixels_to_symmetric,
+    sample_dmol,
+    split_dmol_params,
+    symmetric_to_pixels,
+)
 from keras_selfattn.ops.masks import (
     as_attention_mask,
     causal_mask,

@@ -9,9 +9,13 @@ from keras_selfattn.ops.softmax import masked_softmax
 
 
 def attention_logits(query, key, scale):
-    """Scaled `query . key` logits, `[batch, heads, query, key]`, in float32."""
-    logits = ops.einsum("btnh,bsnh->bnts", query, key)
-    return ops.cast(logits, "float32") * scale
+    """Scaled `query . key` logits, `[batch, heads, query, key]`, in float32.
+
+    The query is scaled before the product: one pass over `[query, heads,
+    dim]` instead of over the larger logits.
+    """
+    logits = ops.einsum("btnh,bsnh->bnts", query * ops.cast(scale, query.dtype), key)
+    return ops.cast(logits, "float32")
 
 
 def dot_product_attention(
