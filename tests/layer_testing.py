@@ -36,7 +36,8 @@ def run_layer_test(
 
     Args:
         layer_cls: the layer class.
-        init_kwargs: constructor arguments.
+        init_kwargs: constructor arguments, or a function returning them
+            (for layers that take sublayer instances, which cannot be shared).
         inputs: dict of call argument name -> numpy array (batch first).
         tmp_path: a folder for the saved model.
         call_kwargs: non-tensor call arguments.
@@ -45,11 +46,13 @@ def run_layer_test(
         trainable: whether the layer has weights that one `fit` step updates.
     """
     call_kwargs = call_kwargs or {}
+    if not callable(init_kwargs):
+        init_kwargs = _constant(init_kwargs)
     first_input = next(iter(inputs.values()))
     expected_output_shape = tuple(expected_output_shape or first_input.shape)
 
-    _check_config_round_trip(layer_cls, init_kwargs)
-    layer = layer_cls(**init_kwargs)
+    _check_config_round_trip(layer_cls, init_kwargs())
+    layer = layer_cls(**init_kwargs())
     model = _functional_model(layer, inputs, call_kwargs)
     symbolic_output = model.outputs[0]
     assert tuple(symbolic_output.shape) == (None,) + expected_output_shape[1:]
@@ -68,6 +71,10 @@ def run_layer_test(
         )
     if trainable:
         _check_fit_step(model, inputs, eager)
+
+
+def _constant(kwargs):
+    return lambda: dict(kwargs)
 
 
 def _check_config_round_trip(layer_cls, init_kwargs):
@@ -106,8 +113,14 @@ def _check_save_and_load(model, inputs, expected, tmp_path):
 def _check_mixed_precision(
     layer_cls, init_kwargs, inputs, call_kwargs, float32_layer, expected, policy, tolerance
 ):
-    layer = layer_cls(**init_kwargs, dtype=policy)
-    model = _functional_model(layer, inputs, call_kwargs)
+    # The global policy, as users set it, so that sublayers passed in get it too.
+    previous_policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        layer = layer_cls(**init_kwargs())
+        model = _functional_model(layer, inputs, call_kwargs)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
     layer.set_weights(float32_layer.get_weights())
     output = layer(**inputs, **call_kwargs)
     assert keras.backend.standardize_dtype(output.dtype) == layer.compute_dtype

@@ -2,6 +2,7 @@
 
 import math
 
+import keras
 import numpy as np
 
 
@@ -18,3 +19,23 @@ def plain_timing_signal(positions, channels, min_timescale=1.0, max_timescale=1.
             row[half + k] = math.cos(angle)
         rows.append(row)
     return np.array(rows)
+
+
+def naive_multi_head_attention(layer, query, value, mask):
+    """Projections, masked softmax and output projection written out in numpy."""
+    weights = {w.path.split("/")[-2] + "/" + w.name: np.asarray(keras.ops.convert_to_numpy(w)) for w in layer.weights}
+    q = np.einsum("btf,fnh->btnh", query, weights["query/kernel"]) + weights["query/bias"]
+    k = np.einsum("bsf,fnh->bsnh", value, weights["key/kernel"]) + weights["key/bias"]
+    v = np.einsum("bsf,fnh->bsnh", value, weights["value/kernel"]) + weights["value/bias"]
+    logits = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
+    mask = np.broadcast_to(mask, logits.shape)
+    logits = np.where(mask, logits, -np.inf)
+    peak = np.max(logits, -1, keepdims=True)
+    exps = np.exp(logits - np.where(np.isfinite(peak), peak, 0))
+    total = exps.sum(-1, keepdims=True)
+    probabilities = np.divide(exps, total, out=np.zeros_like(exps), where=total > 0)
+    heads = np.einsum("bnts,bsnh->btnh", probabilities, v)
+    return (
+        np.einsum("btnh,nhf->btf", heads, weights["attention_output/kernel"])
+        + weights["attention_output/bias"]
+    )

@@ -1,8 +1,16 @@
 """Model builders, presets and training pieces."""
 
+from keras_selfattn.models.decoding import (
+    decoder_logits,
+    encode,
+    initial_caches,
+    layers_by_name,
+)
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,
     MaskedSparseCategoricalCrossentropy,
 )
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
+from keras_selfattn.models.music_transformer import MUSIC_PRESETS, music_transformer
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
+from keras_selfattn.models.translation import TRANSLATION_PRESETS, transformer_translation

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 from layer_testing import jit, run_layer_test
+from references import naive_multi_head_attention
 
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
@@ -22,26 +23,6 @@ def _twin_layers(**kwargs):
     theirs(query, value, return_attention_scores=True)
     theirs.set_weights(ours.get_weights())
     return ours, theirs
-
-
-def naive_multi_head_attention(layer, query, value, mask):
-    """Projections, masked softmax and output projection written out in numpy."""
-    weights = {w.path.split("/")[-2] + "/" + w.name: ops.convert_to_numpy(w) for w in layer.weights}
-    q = np.einsum("btf,fnh->btnh", query, weights["query/kernel"]) + weights["query/bias"]
-    k = np.einsum("bsf,fnh->bsnh", value, weights["key/kernel"]) + weights["key/bias"]
-    v = np.einsum("bsf,fnh->bsnh", value, weights["value/kernel"]) + weights["value/bias"]
-    logits = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
-    mask = np.broadcast_to(mask, logits.shape)
-    logits = np.where(mask, logits, -np.inf)
-    peak = np.max(logits, -1, keepdims=True)
-    exps = np.exp(logits - np.where(np.isfinite(peak), peak, 0))
-    total = exps.sum(-1, keepdims=True)
-    probabilities = np.divide(exps, total, out=np.zeros_like(exps), where=total > 0)
-    heads = np.einsum("bnts,bsnh->btnh", probabilities, v)
-    return (
-        np.einsum("btnh,nhf->btf", heads, weights["attention_output/kernel"])
-        + weights["attention_output/bias"]
-    )
 
 
 class TestParityWithKeras:

@@ -1,0 +1,96 @@
+"""The decoder stack of the sequence models, shared by their Functional
+forward pass and by cached one-step decoding.
+
+Builders name their layers `target_embedding`, `target_position` (absent
+without an absolute position signal), `decoder_block_{i}`, `decoder_norm`
+(pre-norm models) and `logits`; encoder-decoder models add `source_embedding`,
+`source_position`, `encoder_block_{i}` and `encoder_norm`. A cached step reuses
+exactly those layers, so a loop of steps equals the full forward pass.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def embed_tokens(embedding, tokens, position=None, start_index=0):
+    """Token embeddings scaled by `sqrt(width)`, plus the position signal."""
+    x = embedding(tokens)
+    x = x * ops.cast(math.sqrt(x.shape[-1]), x.dtype)
+    if position is not None:
+        x = x + position(x, start_index=start_index)
+    return x
+
+
+def layers_by_name(model):
+    """The model's layers as a `{name: layer}` dict, the form the functions
+    below take (the builders pass the same dict before the model exists)."""
+    return {layer.name: layer for layer in model.layers}
+
+
+def numbered_layers(layers, prefix):
+    """`layers[prefix + "0"]`, `layers[prefix + "1"]`, ... in order."""
+    found = []
+    while f"{prefix}{len(found)}" in layers:
+        found.append(layers[f"{prefix}{len(found)}"])
+    return found
+
+
+def initial_caches(layers, batch_size, max_length):
+    """One zero self-attention cache per decoder block,
+    `[batch, 2, max_length, num_heads, key_dim]` each."""
+    caches = []
+    for block in numbered_layers(layers, "decoder_block_"):
+        attention = block.self_attention
+        shape = (batch_size, 2, max_length, attention.num_heads, attention.key_dim)
+        caches.append(ops.zeros(shape, dtype=block.compute_dtype))
+    return caches
+
+
+def encode(layers, source_tokens, pad_id=0):
+    """Encoder outputs and source padding mask of an encoder-decoder model."""
+    padding_mask = ops.not_equal(source_tokens, pad_id)
+    x = embed_tokens(layers["source_embedding"], source_tokens, layers.get("source_position"))
+    for block in numbered_layers(layers, "encoder_block_"):
+        x = block(x, padding_mask=padding_mask)
+    norm = layers.get("encoder_norm")
+    return (x if norm is None else norm(x)), padding_mask
+
+
+def decoder_logits(
+    layers,
+    tokens,
+    caches=None,
+    cache_update_index=None,
+    encoder_outputs=None,
+    encoder_padding_mask=None,
+):
+    """Logits of the decoder for `tokens` at positions from `cache_update_index`.
+
+    Without caches this is the model's full forward pass over the decoder.
+    With caches (from `initial_caches`) it is one cached step (or a prefill
+    of several positions) and returns `(logits, new_caches)`.
+    """
+    start_index = 0 if cache_update_index is None else cache_update_index
+    x = embed_tokens(
+        layers["target_embedding"], tokens, layers.get("target_position"), start_index
+    )
+    cross = {}
+    if encoder_outputs is not None:
+        cross = dict(encoder_outputs=encoder_outputs, encoder_padding_mask=encoder_padding_mask)
+    new_caches = []
+    for index, block in enumerate(numbered_layers(layers, "decoder_block_")):
+        if caches is None:
+            x = block(x, **cross)
+            continue
+        x, cache = block(x, cache=caches[index], cache_update_index=cache_update_index, **cross)
+        new_caches.append(cache)
+    norm = layers.get("decoder_norm")
+    logits = layers["logits"](x if norm is None else norm(x))
+    return logits if caches is None else (logits, new_caches)
+
+
+def output_layer(vocab_size):
+    """The vocabulary projection; float32 so logits stay exact under mixed precision."""
+    return keras.layers.Dense(vocab_size, dtype="float32", name="logits")

@@ -1,0 +1,102 @@
+"""Decoder-only Music Transformer (Huang et al. 2019) over performance events."""
+
+import keras
+
+from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
+from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_selfattn.models.config import (
+    check_choice,
+    check_divisible_width,
+    check_vocabulary_size,
+    resolve_preset,
+)
+from keras_selfattn.models.decoding import decoder_logits, output_layer
+
+ATTENTIONS = ("relative_global", "relative_local", "absolute")
+
+MUSIC_PRESETS = {
+    # Magenta's MAESTRO runs: 8 layers, width 384, attention key channels 512
+    # (64 per head; values too, as the static cache stores both alike), ffn
+    # 1024, dropout 0.2, relative distances up to L/2 = 1024 at L = 2048, and
+    # the absolute timing signal kept.
+    "maestro": dict(
+        attention="relative_global", num_layers=8, hidden_dim=384, num_heads=8, key_dim=64,
+        feedforward_dim=1024, dropout=0.2, max_relative_position=1024, block_length=512,
+        timing_signal=True,
+    ),
+    "tiny": dict(
+        attention="relative_global", num_layers=2, hidden_dim=64, num_heads=4, key_dim=16,
+        feedforward_dim=128, dropout=0.0, max_relative_position=32, block_length=16,
+        timing_signal=True,
+    ),
+}
+
+
+def music_transformer(vocab_size, preset="maestro", **overrides):
+    """Builds the decoder-only Music Transformer as a Functional model.
+
+    Input `tokens` `[batch, length]` (int32 event ids; the model predicts
+    token `t + 1` from tokens `<= t`), output float32 logits
+    `[batch, length, vocab_size]`.
+
+    Args:
+        vocab_size: number of event ids (>= 2), e.g. 388 performance events
+            plus reserved ids.
+        preset: `"maestro"` (Magenta's MAESTRO configuration) or `"tiny"`.
+        **overrides: hyperparameters replacing the preset's: `attention`
+            (`"relative_global"`: skew relative attention over the whole
+            sequence; `"relative_local"`: relative attention in local blocks
+            of `block_length`; `"absolute"`: plain attention), `num_layers`,
+            `hidden_dim`, `num_heads`, `key_dim`, `feedforward_dim`,
+            `dropout`, `max_relative_position`, `block_length`,
+            `timing_signal` (add the sinusoidal absolute signal; always on for
+            `"absolute"`).
+
+    Returns:
+        A `keras.Model`. Cached decoding uses `keras_selfattn.models.decoding`.
+    """
+    check_vocabulary_size("vocab_size", vocab_size)
+    config = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
+    check_choice("attention", config["attention"], ATTENTIONS)
+    check_divisible_width(config["hidden_dim"], config["num_heads"])
+    layers = {"target_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="target_embedding")}
+    if config["timing_signal"] or config["attention"] == "absolute":
+        layers["target_position"] = SinusoidalPositionEncoding(name="target_position")
+    for index in range(config["num_layers"]):
+        layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
+            _self_attention(config),
+            feedforward_dim=config["feedforward_dim"],
+            dropout=config["dropout"],
+            norm_first=True,
+            name=f"decoder_block_{index}",
+        )
+    layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
+    layers["logits"] = output_layer(vocab_size)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    return keras.Model(tokens, decoder_logits(layers, tokens), name="music_transformer")
+
+
+def _self_attention(config):
+    common = dict(
+        num_heads=config["num_heads"],
+        key_dim=config["key_dim"],
+        output_shape=config["hidden_dim"],
+        dropout=config["dropout"],
+    )
+    if config["attention"] == "absolute":
+        return MultiHeadAttention(**common)
+    if config["attention"] == "relative_local":
+        return LocalRelativeAttention1D(
+            block_length=config["block_length"],
+            max_relative_position=min(config["max_relative_position"], 2 * config["block_length"]),
+            **common,
+        )
+    return RelativeMultiHeadAttention(
+        max_relative_position=config["max_relative_position"],
+        relative_type="skew",
+        causal=True,
+        **common,
+    )

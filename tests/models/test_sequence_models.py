@@ -1,0 +1,141 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.models.decoding import (
+    decoder_logits,
+    encode,
+    initial_caches,
+    layers_by_name,
+)
+from keras_selfattn.models.music_transformer import music_transformer
+from keras_selfattn.models.translation import transformer_translation
+
+RNG = np.random.default_rng(5)
+
+
+def _cached_logits(model, tokens, encoder=None):
+    layers = layers_by_name(model)
+    caches = initial_caches(layers, tokens.shape[0], tokens.shape[1])
+    cross = {}
+    if encoder is not None:
+        outputs, mask = encode(layers, encoder)
+        cross = dict(encoder_outputs=outputs, encoder_padding_mask=mask)
+    steps = []
+    for t in range(tokens.shape[1]):
+        logits, caches = decoder_logits(layers, tokens[:, t : t + 1], caches, t, **cross)
+        steps.append(ops.convert_to_numpy(logits))
+    return np.concatenate(steps, axis=1)
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "shaw"])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_translation_cached_decoding_equals_forward_pass(position, norm_first):
+    model = transformer_translation(20, 24, preset="tiny", position=position, norm_first=norm_first)
+    source = RNG.integers(1, 20, (2, 7))
+    source[1, 4:] = 0
+    target = RNG.integers(1, 24, (2, 6))
+    full = model({"source_tokens": source, "target_tokens": target})
+    assert tuple(full.shape) == (2, 6, 24)
+    assert keras.backend.standardize_dtype(full.dtype) == "float32"
+    np.testing.assert_allclose(_cached_logits(model, target, source), full, atol=1e-5)
+
+
+def test_translation_ignores_source_padding():
+    model = transformer_translation(20, 24, preset="tiny")
+    source = RNG.integers(1, 20, (1, 7))
+    source[:, 5:] = 0
+    target = RNG.integers(1, 24, (1, 4))
+    longer = np.concatenate([source, np.zeros((1, 3), int)], axis=1)
+    np.testing.assert_allclose(
+        model({"source_tokens": source, "target_tokens": target}),
+        model({"source_tokens": longer, "target_tokens": target}),
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
+def test_music_cached_decoding_equals_forward_pass(attention):
+    model = music_transformer(30, preset="tiny", attention=attention, block_length=4)
+    tokens = RNG.integers(0, 30, (2, 11))
+    full = model(tokens)
+    np.testing.assert_allclose(_cached_logits(model, tokens), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
+def test_music_is_causal(attention):
+    model = music_transformer(30, preset="tiny", attention=attention, block_length=4)
+    tokens = RNG.integers(0, 30, (1, 12))
+    changed = tokens.copy()
+    changed[0, 7] = (changed[0, 7] + 1) % 30
+    before, after = np.asarray(model(tokens)), np.asarray(model(changed))
+    np.testing.assert_allclose(before[:, :7], after[:, :7], atol=1e-6)
+    assert not np.allclose(before[:, 7:], after[:, 7:])
+
+
+def test_presets_follow_the_papers():
+    base = transformer_translation(100, 100, preset="base")
+    blocks = [layer for layer in base.layers if layer.name.startswith("decoder_block_")]
+    assert len(blocks) == 6
+    attention = blocks[0].self_attention
+    assert (attention.num_heads, attention.key_dim) == (8, 64)
+    assert blocks[0].feedforward_dim == 2048 and blocks[0].dropout == 0.1
+    big = transformer_translation(100, 100, preset="big")
+    big_block = big.get_layer("encoder_block_0")
+    assert big_block.self_attention.num_heads == 16 and big_block.feedforward_dim == 4096
+    music = music_transformer(390, preset="maestro")
+    music_attention = music.get_layer("decoder_block_7").self_attention
+    assert music_attention.max_relative_position == 1024
+    assert music.get_layer("decoder_block_0").feedforward_dim == 1024
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: transformer_translation(20, 20, preset="tiny", position="shaw", share_embeddings=True),
+        lambda: music_transformer(30, preset="tiny", attention="relative_local", block_length=4),
+    ],
+    ids=["translation", "music"],
+)
+def test_save_and_load_without_custom_objects(build, tmp_path):
+    model = build()
+    inputs = (
+        {"source_tokens": RNG.integers(1, 20, (2, 5)), "target_tokens": RNG.integers(1, 20, (2, 4))}
+        if len(model.inputs) == 2
+        else RNG.integers(0, 30, (2, 9))
+    )
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(restored(inputs), model(inputs), atol=1e-6)
+
+
+class TestBadInput:
+    def test_unknown_position(self):
+        with pytest.raises(ValueError, match=r"Unknown `position` 'rotary'; valid values: \['sinusoidal', 'shaw'\]"):
+            transformer_translation(10, 10, preset="tiny", position="rotary")
+
+    def test_unknown_attention(self):
+        with pytest.raises(ValueError, match="valid values: \\['relative_global', 'relative_local', 'absolute'\\]"):
+            music_transformer(10, preset="tiny", attention="global")
+
+    def test_vocabulary_below_two(self):
+        with pytest.raises(ValueError, match="`target_vocab_size` must be an integer >= 2"):
+            transformer_translation(10, 1, preset="tiny")
+        with pytest.raises(ValueError, match="`vocab_size` must be an integer >= 2"):
+            music_transformer(0, preset="tiny")
+
+    def test_unknown_preset_and_hyperparameter(self):
+        with pytest.raises(ValueError, match="valid presets: \\['base', 'big', 'tiny'\\]"):
+            transformer_translation(10, 10, preset="huge")
+        with pytest.raises(ValueError, match="Unknown hyperparameters \\['layers'\\]"):
+            music_transformer(10, preset="tiny", layers=3)
+
+    def test_shared_embeddings_need_one_vocabulary(self):
+        with pytest.raises(ValueError, match="`share_embeddings=True` needs"):
+            transformer_translation(10, 12, preset="tiny", share_embeddings=True)
+
+    def test_width_divisible_by_heads(self):
+        with pytest.raises(ValueError, match="divisible by `num_heads`"):
+            transformer_translation(10, 10, preset="tiny", hidden_dim=30)

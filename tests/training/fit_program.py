@@ -1,0 +1,111 @@
+"""A small, deterministic training run of the tiny Music Transformer.
+
+The distribution and resumable-training tests start it as a separate
+process (TensorFlow's devices and cluster are fixed per process) and
+compare what it writes: the per-step losses and the final weights.
+
+    python fit_program.py --output out.npz [--strategy mirrored|multi_worker]
+        [--backup_dir DIR --pause_at EPOCH:BATCH]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+GLOBAL_BATCH, LENGTH, VOCAB = 8, 16, 12
+
+
+def periodic_sequences(count, seed=0):
+    """Event sequences that repeat a random motif of 2 to 4 events."""
+    rng = np.random.default_rng(seed)
+    sequences = []
+    for _ in range(count):
+        motif = rng.integers(1, VOCAB, size=rng.integers(2, 5))
+        sequences.append(np.resize(motif, LENGTH + 1))
+    sequences = np.stack(sequences).astype("int32")
+    return sequences[:, :-1], sequences[:, 1:]
+
+
+def make_strategy(name):
+    if name == "mirrored":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+        )
+        return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    if name == "multi_worker":
+        from keras_selfattn.distribute import enable_multi_worker_fit
+
+        enable_multi_worker_fit()
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def dataset(inputs, targets):
+    data = tf.data.Dataset.from_tensor_slices((inputs, targets)).batch(GLOBAL_BATCH, drop_remainder=True)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return data.with_options(options)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--strategy", default="none", choices=["none", "mirrored", "multi_worker"])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--backup_dir")
+    parser.add_argument("--pause_at", help="EPOCH:BATCH where the run writes <output>.paused and sleeps")
+    parser.add_argument("--policy", default="float32")
+    args = parser.parse_args()
+
+    strategy = make_strategy(args.strategy)
+    keras.config.disable_traceback_filtering()
+
+    from keras_selfattn.models.music_transformer import music_transformer
+
+    tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(0)
+    keras.config.set_dtype_policy(args.policy)
+    inputs, targets = periodic_sequences(64)
+    with strategy.scope():
+        model = music_transformer(VOCAB, preset="tiny")
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    losses = []
+    callbacks = [keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(float(logs["loss"])))]
+    if args.backup_dir:
+        callbacks.append(keras.callbacks.BackupAndRestore(args.backup_dir))
+    if args.pause_at:
+        epoch, batch = (int(v) for v in args.pause_at.split(":"))
+        state = {"epoch": -1}
+
+        def pause(batch_index, logs):
+            if state["epoch"] == epoch and batch_index == batch:
+                open(args.output + ".paused", "w").close()
+                time.sleep(600)
+
+        callbacks += [
+            keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: state.update(epoch=e)),
+            keras.callbacks.LambdaCallback(on_train_batch_end=pause),
+        ]
+    model.fit(dataset(inputs, targets), epochs=args.epochs, verbose=0, callbacks=callbacks)
+    is_chief = args.strategy != "multi_worker" or json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0
+    if is_chief:
+        weights = {f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())}
+        np.savez(args.output, losses=np.array(losses), **weights)
+
+
+if __name__ == "__main__":
+    main()
