@@ -1,6 +1,28 @@
 """Pure tensor functions behind the layers; `keras.ops` only."""
 
 from keras_selfattn.ops.attention import attention_logits, dot_product_attention
+from keras_selfattn.ops.blocking_1d import (
+    block_attention,
+    causal_window_mask,
+    memory_windows,
+    merge_blocks,
+    pad_to_blocks,
+    split_blocks,
+    window_relative_positions,
+    window_validity,
+)
+from keras_selfattn.ops.blocking_2d import (
+    block_raster_index,
+    block_raster_to_raster,
+    blocks_to_image,
+    extract_memory_2d,
+    image_to_blocks,
+    masked_memory_mask_2d,
+    memory_offsets_2d,
+    memory_validity_2d,
+    pad_image_to_blocks,
+    raster_to_block_raster,
+)
 from keras_selfattn.ops.dmol import (
     DmolParams,
     dmol_negative_log_likelihood,

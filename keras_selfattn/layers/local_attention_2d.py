@@ -1,0 +1,307 @@
+"""Local 2D self-attention in query blocks with memory flanges (Image Transformer)."""
+
+import keras
+from keras import ops
+
+from keras_selfattn.layers.local_attention_1d import (
+    LocalAttentionBase,
+    check_input_rank,
+    check_non_negative_int,
+    check_positive_int,
+)
+from keras_selfattn.ops.blocking_1d import block_attention
+from keras_selfattn.ops.blocking_2d import (
+    block_raster_index,
+    blocks_to_image,
+    extract_memory_2d,
+    image_to_blocks,
+    masked_memory_mask_2d,
+    memory_offsets_2d,
+    memory_validity_2d,
+    pad_image_to_blocks,
+    padded_image_shape,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class LocalAttention2D(LocalAttentionBase):
+    """Multi-head self-attention restricted to 2D query blocks and their flanges.
+
+    The image is cut into query blocks of `query_shape = (qh, qw)` pixels
+    (padded to multiples of the block inside the layer, the padding masked).
+    With `memory_flange = (fh, fw)`, a query in block `(R, C)` attends to:
+
+    - unmasked: the `(qh + 2 fh) x (qw + 2 fw)` window centred on its block,
+      clipped to the image;
+    - masked (`use_causal_mask=True`, generation in block-raster order: blocks
+      in raster order, pixels inside a block in raster order): the `fh` rows
+      above the block over columns `[C qw - fw, (C + 1) qw + fw)`, the `fw`
+      columns left of the block in the block's rows, and the pixels of its
+      own block up to itself in raster order. Nothing else.
+
+    Memory and compute are O(pixels x memory), with memory
+    `(qh + 2 fh)(qw + 2 fw)` (unmasked) or `fh (qw + 2 fw) + qh (qw + fw)`
+    (masked) positions per query block; no `[pixels, pixels]` tensor is formed.
+    Sub-pixel images (channels folded into the width) work unchanged. Weights
+    are those of `MultiHeadAttention` (sublayers `query`, `key`, `value`,
+    `attention_output`) on the flattened pixels.
+
+    Masked attention decodes pixel by pixel in block-raster order with the
+    static cache of `MultiHeadAttention`: `cache`
+    `[batch, 2, max_length, num_heads, key_dim]` is indexed by block-raster
+    position in the image padded to multiples of `query_shape`
+    (`max_length >= padded height x padded width`). A step call takes the
+    pixel `[batch, 1, 1, channels]`, its block-raster position as
+    `cache_update_index` and the image size as `image_shape`; it gathers from
+    the cache only the positions of that pixel's memory.
+
+    Shapes: `query`, `value`, `key` `[batch, height, width, channels]`, one
+    image size; the output is `[batch, height, width, output_dim]`.
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key.
+        query_shape: `(qh, qw)`, positive integers.
+        memory_flange: `(fh, fw)`, non-negative integers, at most the image's
+            height and width.
+        use_causal_mask: whether attention is masked (generation in
+            block-raster order). Fixed at construction: it decides the memory.
+        value_dim: size of each head for value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities.
+        use_bias: whether the projections have biases.
+        output_shape: output feature shape; defaults to the query's channels.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, activity_regularizer, kernel_constraint,
+        bias_constraint, use_gate, seed: as in `keras.layers.MultiHeadAttention`.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `[batch, height, width, channels]`; with a cache, one pixel
+            `[batch, 1, 1, channels]`.
+        value: optional, shaped like `query`; defaults to `query`.
+        key: optional, shaped like `value`; defaults to `value`.
+        query_mask, value_mask, key_mask: optional `[batch, height, width]`
+            padding masks, `True` for real pixels. A masked query outputs the
+            projection of zeros.
+        cache: optional `[batch, 2, max_length, num_heads, key_dim]` cache
+            (masked attention only).
+        cache_update_index: with a cache, the block-raster position of the
+            pixel (int or scalar int tensor); see
+            `keras_selfattn.ops.blocking_2d.block_raster_index`.
+        image_shape: with a cache, the `(height, width)` of the image being
+            generated.
+        training: whether dropout is active.
+        use_causal_mask: optional; must equal the constructor's value.
+
+    Returns:
+        `output` `[batch, height, width, output_dim]`, or `(output, cache)`
+        when a `cache` is given.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_selfattn.ops.blocking_2d import block_raster_index
+    >>> layer = LocalAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
+    ...                          memory_flange=(1, 1), use_causal_mask=True)
+    >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
+    >>> full = layer(image)
+    >>> cache = np.zeros((1, 2, 16, 2, 4), "float32")
+    >>> # Block-raster order: the 2 x 2 blocks in raster order, pixels inside each.
+    >>> order = sorted(((r, c) for r in range(4) for c in range(4)),
+    ...                key=lambda p: int(block_raster_index(p[0], p[1], 4, (2, 2))))
+    >>> for r, c in order:
+    ...     step, cache = layer(image[:, r:r + 1, c:c + 1], cache=cache,
+    ...                         cache_update_index=int(block_raster_index(r, c, 4, (2, 2))),
+    ...                         image_shape=(4, 4))
+    >>> bool(np.allclose(step[0, 0, 0], full[0, 3, 3], atol=1e-5))
+    True
+
+    References:
+        - [Parmar et al., 2018, Image Transformer](https://arxiv.org/abs/1802.05751)
+        - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
+    """
+
+    def __init__(
+        self, num_heads, key_dim, query_shape, memory_flange=(0, 0), use_causal_mask=False, **kwargs
+    ):
+        query_shape = _pair("query_shape", query_shape, check_positive_int)
+        memory_flange = _pair("memory_flange", memory_flange, check_non_negative_int)
+        super().__init__(num_heads, key_dim, use_causal_mask=use_causal_mask, **kwargs)
+        self.query_shape = query_shape
+        self.memory_flange = memory_flange
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(query_shape=self.query_shape, memory_flange=self.memory_flange)
+        return config
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            check_input_rank(name, shape, 4, "[batch, height, width, channels]")
+        self._build_projections((query_shape, value_shape, key_shape))
+
+    def _to_sequence(self, x):
+        """Pixels in raster order, `[batch, height * width, channels]`."""
+        return ops.reshape(x, [-1, x.shape[1] * x.shape[2], x.shape[3]])
+
+    def _check_inputs(self, query, value, key, cache, image_shape):
+        for name, tensor in (("query", query), ("value", value), ("key", key)):
+            check_input_rank(name, tensor.shape, 4, "[batch, height, width, channels]")
+            if None in tensor.shape[1:3]:
+                raise ValueError(
+                    f"`{name}` needs a known height and width. "
+                    f"Received: {name}.shape={tuple(tensor.shape)}"
+                )
+        if cache is not None:
+            if tuple(query.shape[1:3]) != (1, 1):
+                raise ValueError(
+                    "With a `cache`, `query` is one pixel `[batch, 1, 1, channels]`. "
+                    f"Received: query.shape={tuple(query.shape)}"
+                )
+            if image_shape is None:
+                raise ValueError(
+                    "With a `cache`, pass `image_shape=(height, width)` of the generated image."
+                )
+            image_shape = _pair("image_shape", image_shape, check_positive_int)
+            self._check_cache_length(cache, image_shape)
+        else:
+            if not tuple(value.shape[1:3]) == tuple(key.shape[1:3]) == tuple(query.shape[1:3]):
+                raise ValueError(
+                    "Local self-attention needs `query`, `value` and `key` of one "
+                    f"image size. Received: query.shape={tuple(query.shape)}, "
+                    f"value.shape={tuple(value.shape)}, key.shape={tuple(key.shape)}"
+                )
+            image_shape = tuple(query.shape[1:3])
+        self._check_flange(image_shape)
+
+    def _check_flange(self, image_shape):
+        for axis, flange, size in zip(("height", "width"), self.memory_flange, image_shape):
+            if flange > size:
+                raise ValueError(
+                    f"`memory_flange` must not exceed the image's {axis} ({size}). "
+                    f"Received: memory_flange={self.memory_flange}, "
+                    f"image shape {tuple(image_shape)}"
+                )
+
+    def _check_cache_length(self, cache, image_shape):
+        padded_height, padded_width = padded_image_shape(*image_shape, self.query_shape)
+        needed = padded_height * padded_width
+        if cache.shape[2] is not None and cache.shape[2] < needed:
+            raise ValueError(
+                f"`cache` must hold the {needed} block-raster positions of the "
+                f"{image_shape} image padded to multiples of `query_shape` "
+                f"{self.query_shape}. Received: cache.shape={tuple(cache.shape)}"
+            )
+
+    def _full_attention(self, query, key, value, query_mask, key_mask, image_shape, training):
+        padded_shape = padded_image_shape(*image_shape, self.query_shape)
+        masked = self.use_causal_mask
+        heads = self._num_heads
+        query_blocks = _unfold_heads(
+            image_to_blocks(self._padded_images(query, image_shape), self.query_shape), heads
+        )
+        key_memory, value_memory = (
+            _unfold_heads(
+                extract_memory_2d(
+                    self._padded_images(x, image_shape),
+                    self.query_shape,
+                    self.memory_flange,
+                    masked,
+                ),
+                heads,
+            )
+            for x in (key, value)
+        )
+        mask = memory_validity_2d(
+            image_shape, padded_shape, self.query_shape, self.memory_flange, masked, key_mask
+        )
+        masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
+        if masked:
+            masks.append(masked_memory_mask_2d(self.query_shape, self.memory_flange))
+        if query_mask is not None:
+            query_valid = image_to_blocks(
+                pad_image_to_blocks(ops.cast(query_mask, "bool"), self.query_shape),
+                self.query_shape,
+            )
+            masks.append(ops.expand_dims(query_valid, -1))
+        output = block_attention(
+            query_blocks,
+            key_memory,
+            value_memory,
+            mask=tuple(masks),
+            scale=self._inverse_sqrt_key_dim,
+            dropout=self._dropout_function(training),
+        )
+        height, width = image_shape
+        output = ops.reshape(output, [-1] + list(output.shape[2:]))  # [batch * heads, blocks, ...]
+        output = blocks_to_image(output, padded_shape, self.query_shape)[:, :height, :width]
+        output = ops.reshape(output, [-1, heads, height * width, output.shape[-1]])
+        return ops.transpose(output, (0, 2, 1, 3))
+
+    def _padded_images(self, sequence, image_shape):
+        """Projected `[batch, H * W, heads, dim]` -> padded `[batch * heads, H', W', dim]`.
+
+        Heads are folded into the batch so that blocks are cut per head and
+        attention runs as batched matrix products without transposes.
+        """
+        heads_first = ops.transpose(sequence, (0, 2, 1, 3))
+        images = ops.reshape(heads_first, [-1, *image_shape, sequence.shape[-1]])
+        return pad_image_to_blocks(images, self.query_shape)
+
+    def _cached_attention(
+        self, query, key_cache, value_cache, cache_update_index, query_mask, image_shape, training
+    ):
+        height, width = _pair("image_shape", image_shape, check_positive_int)
+        padded_height, padded_width = padded_image_shape(height, width, self.query_shape)
+        query_height, query_width = self.query_shape
+        block_size = query_height * query_width
+        block = cache_update_index // block_size
+        block_row = block // (padded_width // query_width)
+        block_column = block % (padded_width // query_width)
+
+        offset_rows, offset_columns = memory_offsets_2d(
+            self.query_shape, self.memory_flange, masked=True
+        )
+        rows = block_row * query_height + offset_rows
+        columns = block_column * query_width + offset_columns
+        inside = ops.logical_and(
+            ops.logical_and(rows >= 0, rows < height),
+            ops.logical_and(columns >= 0, columns < width),
+        )
+        positions = block_raster_index(
+            ops.clip(rows, 0, padded_height - 1),
+            ops.clip(columns, 0, padded_width - 1),
+            padded_width,
+            self.query_shape,
+        )
+        keys = ops.take(key_cache, positions, axis=1)
+        values = ops.take(value_cache, positions, axis=1)
+        causal = ops.take(
+            masked_memory_mask_2d(self.query_shape, self.memory_flange),
+            cache_update_index % block_size,
+            axis=0,
+        )
+        mask = ops.logical_and(inside, causal)[None, :]  # [query, memory]
+        if query_mask is not None:
+            query_valid = ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1])
+            mask = ops.logical_and(mask[None], query_valid)
+        return self._attend_step(query, keys, values, mask, training)
+
+
+def _unfold_heads(blocks, heads):
+    """`[batch * heads, blocks, n, dim]` -> `[batch, heads, blocks, n, dim]`."""
+    return ops.reshape(blocks, [-1, heads] + list(blocks.shape[1:]))
+
+
+def _pair(name, value, check):
+    """`value` as a tuple of two ints that pass `check`; else a `ValueError`."""
+    kind = "positive" if check is check_positive_int else "non-negative"
+    error = ValueError(f"`{name}` must be a pair of {kind} integers. Received: {name}={value!r}")
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise error
+    try:
+        return tuple(check(name, item) for item in value)
+    except ValueError:
+        raise error from None

@@ -1,0 +1,244 @@
+"""Cutting a sequence into query blocks and the memory windows they attend to.
+
+Local attention (Image Transformer) splits the length axis into query blocks
+of `block_length` positions. Query block `b` covers positions
+`[b * block_length, (b + 1) * block_length)` and attends to a memory window
+covering `[b * block_length - left, (b + 1) * block_length + right)`:
+
+- masked 1D: `left = block_length`, `right = 0` (the previous block and its
+  own block; a causal mask inside keeps keys at or before the query);
+- unmasked 1D: `left = right = filter_width`.
+
+Windows are built from reshapes, slices and one concatenation (no gather,
+no `[length, length]` tensor): memory and compute O(length x window).
+Positions outside the sequence are zero-filled; `window_validity` says which
+window entries are real. Every function takes an `axis`, so the same code cuts
+the rows and the columns of an image.
+"""
+
+import math
+
+from keras import ops
+
+from keras_selfattn.ops.softmax import large_negative
+
+
+def num_blocks(length, block_length):
+    """Number of blocks covering `length` positions (the last may be partial)."""
+    return -(-length // block_length)
+
+
+def pad_to_blocks(x, block_length, axis=1):
+    """Zero-pads `axis` of `x` up to a multiple of `block_length`."""
+    length = ops.shape(x)[axis]
+    padding = (-length) % block_length
+    return _pad_axis(x, axis, 0, padding)
+
+
+def split_blocks(x, block_length, axis=1):
+    """`[..., length, ...]` -> `[..., num_blocks, block_length, ...]` on `axis`.
+
+    `length` must be a multiple of `block_length` (see `pad_to_blocks`).
+    """
+    axis = _positive_axis(x, axis)
+    shape = list(ops.shape(x))
+    new_shape = shape[:axis] + [-1, block_length] + shape[axis + 1 :]
+    return ops.reshape(x, new_shape)
+
+
+def merge_blocks(x, axis=1):
+    """Inverse of `split_blocks`: merges `axis` and `axis + 1`."""
+    axis = _positive_axis(x, axis)
+    shape = list(ops.shape(x))
+    new_shape = shape[:axis] + [-1] + shape[axis + 2 :]
+    return ops.reshape(x, new_shape)
+
+
+def memory_windows(x, block_length, left, right, axis=1):
+    """The memory window of every query block along `axis`.
+
+    Args:
+        x: a tensor whose `axis` has a length that is a multiple of
+            `block_length`.
+        block_length: the query block size.
+        left: how many positions before its block a window starts (>= 0).
+        right: how many positions after its block a window ends; may be
+            negative (a window that stops before its block ends, such as the
+            rows above a 2D query block: `left = rows, right = -block_length`).
+        axis: the length axis.
+
+    Returns:
+        `[..., num_blocks, window_length, ...]` with
+        `window_length = left + block_length + right`; window `b` holds
+        positions `[b * block_length - left, (b + 1) * block_length + right)`,
+        zeros outside the sequence.
+    """
+    window_length = window_size(block_length, left, right)
+    axis = _positive_axis(x, axis)
+    length = ops.shape(x)[axis]
+    blocks = length // block_length
+    chunks_per_window = num_blocks(window_length, block_length)
+    # Window b is the start of chunks b .. b + chunks_per_window - 1 of the
+    # sequence shifted right by `left`.
+    padded_length = (blocks - 1 + chunks_per_window) * block_length
+    shifted = _pad_axis(x, axis, left, 0)
+    shifted = _fit_axis(shifted, axis, padded_length)
+    chunks = split_blocks(shifted, block_length, axis)
+    pieces = [_slice_axis(chunks, axis, offset, blocks) for offset in range(chunks_per_window)]
+    windows = ops.concatenate(pieces, axis=axis + 1) if len(pieces) > 1 else pieces[0]
+    return _slice_axis(windows, axis + 1, 0, window_length)
+
+
+def window_size(block_length, left, right):
+    """`left + block_length + right`, checked to be positive."""
+    if left < 0:
+        raise ValueError(f"`left` must be >= 0. Received: left={left}")
+    size = left + block_length + right
+    if size <= 0:
+        raise ValueError(
+            "A memory window must hold at least one position: "
+            f"left + block_length + right = {size}."
+        )
+    return size
+
+
+def window_validity(length, padded_length, block_length, left, right, key_mask=None):
+    """Which memory window entries are real positions of the sequence.
+
+    Args:
+        length: the true sequence length (int or scalar tensor).
+        padded_length: the length after `pad_to_blocks` (a multiple of
+            `block_length`).
+        block_length, left, right: as in `memory_windows`.
+        key_mask: optional `[batch, length]` padding mask, `True` = real.
+
+    Returns:
+        A boolean `[num_blocks, window_length]` tensor, or
+        `[batch, num_blocks, window_length]` with a `key_mask`.
+    """
+    valid = ops.arange(padded_length, dtype="int32") < length
+    if key_mask is None:
+        return ops.cast(memory_windows(valid, block_length, left, right, axis=0), "bool")
+    valid = ops.logical_and(
+        valid[None, :], _pad_axis(ops.cast(key_mask, "bool"), 1, 0, padded_length - length)
+    )
+    return ops.cast(memory_windows(valid, block_length, left, right, axis=1), "bool")
+
+
+def window_relative_positions(block_length, left, right):
+    """`[block_length, window_length]` int32: key position minus query position.
+
+    Entry `[i, j]` is the distance from query `i` of a block to entry `j` of
+    its memory window; it is the same for every block, which is what a
+    relative-position bias or a causal mask inside the window needs.
+    """
+    window_length = window_size(block_length, left, right)
+    queries = ops.arange(block_length, dtype="int32")[:, None]
+    keys = ops.arange(window_length, dtype="int32")[None, :] - left
+    return keys - queries
+
+
+def causal_window_mask(block_length, left, right):
+    """`[block_length, window_length]`: `True` where the key is not after the query."""
+    return window_relative_positions(block_length, left, right) <= 0
+
+
+def _positive_axis(x, axis):
+    return axis % len(x.shape)
+
+
+def _pad_axis(x, axis, before, after):
+    axis = _positive_axis(x, axis)
+    widths = [(0, 0)] * len(x.shape)
+    widths[axis] = (before, after)
+    return ops.pad(x, widths)
+
+
+def _slice_axis(x, axis, start, size):
+    """`x` restricted to `[start, start + size)` along `axis`."""
+    axis = _positive_axis(x, axis)
+    shape = ops.shape(x)
+    starts = [0] * len(x.shape)
+    starts[axis] = start
+    sizes = list(shape)
+    sizes[axis] = size
+    return ops.slice(x, starts, sizes)
+
+
+def _fit_axis(x, axis, length):
+    """Crops or zero-pads the end of `axis` to exactly `length`."""
+    current = ops.shape(x)[axis]
+    if isinstance(current, int) and isinstance(length, int):
+        if current >= length:
+            return _slice_axis(x, axis, 0, length)
+        return _pad_axis(x, axis, 0, length - current)
+    x = _pad_axis(x, axis, 0, ops.maximum(length - current, 0))
+    return _slice_axis(x, axis, 0, length)
+
+
+def block_attention(
+    query_blocks, key_windows, value_windows, mask=None, bias=None, scale=None, dropout=None
+):
+    """Dot-product attention of every query block to its own memory window.
+
+    Heads come before blocks so that the two products are plain batched
+    matrix products, with no transposes of the windows. Masks are applied as
+    additive biases (broadcast adds, whose gradient is the identity), one per
+    factor, so that no mask or bias of the logits' size is formed; the
+    softmax runs in float32 and a query with no key gets zeros.
+
+    Args:
+        query_blocks: `[batch, heads, num_blocks, block_length, head_dim]`.
+        key_windows: `[batch, heads, num_blocks, window_length, head_dim]`.
+        value_windows: `[batch, heads, num_blocks, window_length, value_dim]`.
+        mask: optional boolean tensor, or tuple of boolean tensors whose
+            logical AND is the mask, each broadcastable to
+            `[batch, num_blocks, block_length, window_length]`, `True` = may
+            attend (the same for every head). Factors such as a causal
+            `[block_length, window_length]` mask and a validity
+            `[num_blocks, 1, window_length]` mask stay small.
+        bias: optional additive logits broadcastable to
+            `[batch, heads, num_blocks, block_length, window_length]` (for
+            example a relative-position bias built from
+            `window_relative_positions`).
+        scale: logit scale; defaults to `1 / sqrt(head_dim)`.
+        dropout: optional callable applied to the attention probabilities.
+
+    Returns:
+        `[batch, heads, num_blocks, block_length, value_dim]`.
+    """
+    if scale is None:
+        scale = 1.0 / math.sqrt(query_blocks.shape[-1])
+    query_blocks = query_blocks * ops.cast(scale, query_blocks.dtype)
+    logits = ops.cast(ops.einsum("...qd,...kd->...qk", query_blocks, key_windows), "float32")
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
+    factors = [] if mask is None else list(mask) if isinstance(mask, (tuple, list)) else [mask]
+    # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
+    factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]
+    for factor in factors:
+        logits = logits + ops.where(factor, 0.0, large_negative("float32"))
+    scores = ops.cast(ops.softmax(logits, axis=-1), value_windows.dtype)
+    if dropout is not None:
+        scores = dropout(scores)
+    output = ops.einsum("...qk,...kd->...qd", scores, value_windows)
+    if not factors:
+        return output
+    has_key = ops.any(_logical_and_all(factors), axis=-1, keepdims=True)
+    return output * ops.cast(has_key, output.dtype)
+
+
+def _insert_heads_axis(factor):
+    """A mask factor of rank <= 4 (`[batch, blocks, queries, keys]` aligned
+    right) gets a heads axis of size 1 before its blocks axis."""
+    rank = len(factor.shape)
+    if rank <= 2:
+        return factor  # `[queries, keys]` or `[keys]`: broadcasts as is.
+    return ops.expand_dims(factor, -4)
+
+
+def _logical_and_all(masks):
+    merged = masks[0]
+    for mask in masks[1:]:
+        merged = ops.logical_and(merged, mask)
+    return merged

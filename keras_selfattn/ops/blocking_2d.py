@@ -1,0 +1,229 @@
+"""2D query blocks with flanges, block-raster order, and the masks inside blocks.
+
+An image `[batch, height, width, ...]` (height and width multiples of the
+query shape `(qh, qw)`) is cut into query blocks; blocks are numbered in
+raster order and positions inside a block in raster order too: that is
+*block-raster order*, the generation order of masked 2D local attention.
+
+The memory of query block `(R, C)` is a list of positions given by their
+offsets `(dy, dx)` from the block's top-left corner `(R * qh, C * qw)`:
+
+- unmasked: the `(qh + 2 fh) x (qw + 2 fw)` window centred on the block,
+  `dy in [-fh, qh + fh)`, `dx in [-fw, qw + fw)`;
+- masked: the `fh` rows above the block over `dx in [-fw, qw + fw)`, then the
+  block's own rows over `dx in [-fw, qw)` (the `fw` columns to its left and
+  the block itself); `masked_memory_mask_2d` keeps, inside the block, the
+  positions up to the query in raster order.
+
+`memory_offsets_2d` lists the offsets in the order `extract_memory_2d` lays
+the memory out, so one description serves the full pass (windows cut with
+`memory_windows`) and a cached step (a gather of those positions).
+"""
+
+from keras import ops
+
+from keras_selfattn.ops.blocking_1d import memory_windows
+
+
+def check_divisible(height, width, query_shape):
+    """Raises a `ValueError` unless `query_shape` tiles `(height, width)`."""
+    query_height, query_width = query_shape
+    if height % query_height or width % query_width:
+        raise ValueError(
+            f"The image ({height} x {width}) must be a multiple of "
+            f"`query_shape` {tuple(query_shape)}; pad it first "
+            "(`pad_image_to_blocks`)."
+        )
+
+
+def padded_image_shape(height, width, query_shape):
+    """`(height, width)` rounded up to multiples of `query_shape`."""
+    query_height, query_width = query_shape
+    return (-(-height // query_height) * query_height, -(-width // query_width) * query_width)
+
+
+def pad_image_to_blocks(image, query_shape):
+    """Zero-pads `[batch, height, width, ...]` to multiples of `query_shape`."""
+    height, width = image.shape[1], image.shape[2]
+    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    widths = [(0, 0)] * len(image.shape)
+    widths[1] = (0, padded_height - height)
+    widths[2] = (0, padded_width - width)
+    return ops.pad(image, widths)
+
+
+def image_to_blocks(image, query_shape):
+    """`[batch, H, W, ...]` -> `[batch, num_blocks, qh * qw, ...]`, block-raster order."""
+    height, width = image.shape[1], image.shape[2]
+    check_divisible(height, width, query_shape)
+    query_height, query_width = query_shape
+    rest = list(ops.shape(image)[3:])
+    blocks = ops.reshape(
+        image,
+        [-1, height // query_height, query_height, width // query_width, query_width] + rest,
+    )
+    blocks = ops.transpose(blocks, _swap_axes_2_and_3(len(blocks.shape)))
+    return ops.reshape(
+        blocks,
+        [-1, (height // query_height) * (width // query_width), query_height * query_width] + rest,
+    )
+
+
+def blocks_to_image(blocks, image_shape, query_shape):
+    """Inverse of `image_to_blocks`; `image_shape` is the (padded) `(H, W)`."""
+    height, width = image_shape
+    check_divisible(height, width, query_shape)
+    query_height, query_width = query_shape
+    rest = list(ops.shape(blocks)[3:])
+    grid = ops.reshape(
+        blocks,
+        [-1, height // query_height, width // query_width, query_height, query_width] + rest,
+    )
+    grid = ops.transpose(grid, _swap_axes_2_and_3(len(grid.shape)))
+    return ops.reshape(grid, [-1, height, width] + rest)
+
+
+def raster_to_block_raster(sequence, image_shape, query_shape):
+    """Reorders `[batch, H * W, ...]` from raster to block-raster order."""
+    height, width = image_shape
+    image = ops.reshape(sequence, [-1, height, width] + list(ops.shape(sequence)[2:]))
+    blocks = image_to_blocks(image, query_shape)
+    return ops.reshape(blocks, [-1, height * width] + list(ops.shape(sequence)[2:]))
+
+
+def block_raster_to_raster(sequence, image_shape, query_shape):
+    """Reorders `[batch, H * W, ...]` from block-raster to raster order."""
+    height, width = image_shape
+    query_height, query_width = query_shape
+    check_divisible(height, width, query_shape)
+    rest = list(ops.shape(sequence)[2:])
+    blocks = ops.reshape(
+        sequence,
+        [-1, (height // query_height) * (width // query_width), query_height * query_width] + rest,
+    )
+    image = blocks_to_image(blocks, image_shape, query_shape)
+    return ops.reshape(image, [-1, height * width] + rest)
+
+
+def block_raster_index(rows, columns, padded_width, query_shape):
+    """Position in block-raster order of pixels `(rows, columns)` (int tensors)."""
+    query_height, query_width = query_shape
+    blocks_per_row = padded_width // query_width
+    block = (rows // query_height) * blocks_per_row + columns // query_width
+    inside = (rows % query_height) * query_width + columns % query_width
+    return block * (query_height * query_width) + inside
+
+
+def memory_regions_2d(query_shape, memory_flange, masked):
+    """The memory as rectangles of offsets: `[(dy0, dy1, dx0, dx1), ...]`.
+
+    Each rectangle covers `dy in [dy0, dy1)`, `dx in [dx0, dx1)` relative to
+    the block's top-left corner, in the order of `extract_memory_2d`.
+    """
+    (query_height, query_width), (flange_height, flange_width) = query_shape, memory_flange
+    if not masked:
+        return [
+            (
+                -flange_height,
+                query_height + flange_height,
+                -flange_width,
+                query_width + flange_width,
+            )
+        ]
+    regions = []
+    if flange_height:
+        regions.append((-flange_height, 0, -flange_width, query_width + flange_width))
+    regions.append((0, query_height, -flange_width, query_width))
+    return regions
+
+
+def memory_offsets_2d(query_shape, memory_flange, masked):
+    """`(dy, dx)`: two int32 `[memory_length]` tensors, one entry per memory position."""
+    rows, columns = [], []
+    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, masked):
+        dy = ops.arange(top, bottom, dtype="int32")[:, None]
+        dx = ops.arange(left, right, dtype="int32")[None, :]
+        rows.append(ops.reshape(ops.broadcast_to(dy, (bottom - top, right - left)), [-1]))
+        columns.append(ops.reshape(ops.broadcast_to(dx, (bottom - top, right - left)), [-1]))
+    return ops.concatenate(rows, axis=0), ops.concatenate(columns, axis=0)
+
+
+def extract_memory_2d(image, query_shape, memory_flange, masked):
+    """The memory of every query block.
+
+    Args:
+        image: `[batch, H, W, ...]`, `H` and `W` multiples of `query_shape`;
+            positions outside it read as zeros.
+        query_shape: `(qh, qw)`.
+        memory_flange: `(fh, fw)`.
+        masked: whether to cut the masked memory (rows above and columns to the
+            left) or the unmasked centred window.
+
+    Returns:
+        `[batch, num_blocks, memory_length, ...]`, blocks in raster order,
+        memory positions in the order of `memory_offsets_2d`.
+    """
+    check_divisible(image.shape[1], image.shape[2], query_shape)
+    regions = []
+    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, masked):
+        regions.append(_cut_region(image, query_shape, top, bottom, left, right))
+    return ops.concatenate(regions, axis=2) if len(regions) > 1 else regions[0]
+
+
+def _cut_region(image, query_shape, top, bottom, left, right):
+    query_height, query_width = query_shape
+    rows = memory_windows(image, query_height, -top, bottom - query_height, axis=1)
+    # [batch, block_rows, region_height, W, ...] -> cut the columns.
+    windows = memory_windows(rows, query_width, -left, right - query_width, axis=3)
+    # [batch, block_rows, region_height, block_columns, region_width, ...]
+    windows = ops.transpose(windows, _swap_axes_2_and_3(len(windows.shape)))
+    rest = list(ops.shape(image)[3:])
+    block_count = (image.shape[1] // query_height) * (image.shape[2] // query_width)
+    return ops.reshape(windows, [-1, block_count, (bottom - top) * (right - left)] + rest)
+
+
+def masked_memory_mask_2d(query_shape, memory_flange):
+    """`[qh * qw, memory_length]`: which masked memory entries each query may see.
+
+    Everything outside the query's own block is in the past in block-raster
+    order; inside the block, keys up to the query in raster order.
+    """
+    query_height, query_width = query_shape
+    dy, dx = memory_offsets_2d(query_shape, memory_flange, masked=True)
+    query = ops.arange(query_height * query_width, dtype="int32")[:, None]
+    outside_block = ops.logical_or(dy < 0, dx < 0)[None, :]
+    not_after = (dy * query_width + dx)[None, :] <= query
+    return ops.logical_or(outside_block, not_after)
+
+
+def memory_validity_2d(
+    image_shape, padded_shape, query_shape, memory_flange, masked, key_mask=None
+):
+    """Which memory entries are pixels of the image (and not padding).
+
+    Args:
+        image_shape: the true `(height, width)`.
+        padded_shape: the padded `(H, W)`, multiples of `query_shape`.
+        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+        key_mask: optional `[batch, height, width]` padding mask.
+
+    Returns:
+        Boolean `[1 or batch, num_blocks, memory_length]`.
+    """
+    height, width = image_shape
+    padded_height, padded_width = padded_shape
+    rows = ops.arange(padded_height, dtype="int32")[:, None] < height
+    columns = ops.arange(padded_width, dtype="int32")[None, :] < width
+    valid = ops.logical_and(rows, columns)[None]
+    if key_mask is not None:
+        key_mask = ops.pad(
+            ops.cast(key_mask, "bool"),
+            [(0, 0), (0, padded_height - height), (0, padded_width - width)],
+        )
+        valid = ops.logical_and(valid, key_mask)
+    memory = extract_memory_2d(valid, query_shape, memory_flange, masked)
+    return ops.cast(memory, "bool")
+
+
+def _swap_axes_2_and_3(rank):
+    return [0, 1, 3, 2] + list(range(4, rank))

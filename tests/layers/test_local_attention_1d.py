@@ -1,0 +1,267 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.layers.local_attention_1d import LocalAttention1D
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from tests.layer_testing import jit, run_layer_test
+
+HEADS, KEY_DIM, FEATURES = 2, 4, 8
+
+
+def inputs(length, batch=2, seed=0):
+    return np.random.default_rng(seed).normal(size=(batch, length, FEATURES)).astype("float32")
+
+
+def local_mask(length, block_length, filter_width, masked):
+    """`[length, length]`: which key each query may attend to, position by position."""
+    mask = np.zeros((length, length), bool)
+    for i in range(length):
+        block = i // block_length
+        for j in range(length):
+            if masked:
+                mask[i, j] = (block - 1) * block_length <= j <= i
+            else:
+                start = block * block_length - filter_width
+                mask[i, j] = start <= j < (block + 1) * block_length + filter_width
+    return mask
+
+
+def dense_reference(layer, x, mask):
+    """Dense attention with the weights of `layer` and an explicit mask."""
+    if not layer.built:
+        layer(x)
+    dense = MultiHeadAttention(HEADS, KEY_DIM)
+    dense(x, x)
+    dense.set_weights(layer.get_weights())
+    return ops.convert_to_numpy(dense(x, x, attention_mask=mask))
+
+
+def numpy(x):
+    return ops.convert_to_numpy(x)
+
+
+@pytest.mark.parametrize(
+    "length, block_length, filter_width, masked",
+    [
+        (12, 4, 0, True),
+        (11, 3, 0, True),
+        (7, 2, 0, True),
+        (12, 4, 2, False),
+        (11, 3, 1, False),
+        (10, 4, 0, False),
+        (9, 2, 5, False),
+    ],
+)
+def test_equals_dense_attention_with_local_mask(length, block_length, filter_width, masked):
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width, use_causal_mask=masked)
+    x = inputs(length)
+    expected = dense_reference(
+        layer, x, local_mask(length, block_length, filter_width, masked)[None]
+    )
+    np.testing.assert_allclose(numpy(layer(x)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+def test_padding_masks_are_respected(masked):
+    length, block_length = 10, 3
+    layer = LocalAttention1D(
+        HEADS, KEY_DIM, block_length, 0 if masked else 2, use_causal_mask=masked
+    )
+    x = inputs(length)
+    lengths = np.array([10, 6])
+    padding = np.arange(length)[None] < lengths[:, None]
+    output = numpy(layer(x, x, query_mask=padding, value_mask=padding))
+    mask = (
+        local_mask(length, block_length, layer.filter_width, masked)[None]
+        & padding[:, None, :]
+        & padding[:, :, None]
+    )
+    np.testing.assert_allclose(output, dense_reference(layer, x, mask), atol=1e-5)
+
+
+def test_keras_mask_of_the_input_is_used():
+    tokens = np.array([[3, 1, 4, 1, 5, 9, 2], [6, 5, 3, 0, 0, 0, 0]])
+    embedded = keras.layers.Embedding(10, FEATURES, mask_zero=True)(tokens)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 2, use_causal_mask=True)
+    padding = tokens != 0
+    with_keras_mask = numpy(layer(embedded))
+    explicit = numpy(layer(embedded, embedded, query_mask=padding, value_mask=padding))
+    np.testing.assert_allclose(with_keras_mask, explicit, atol=1e-6)
+
+
+@pytest.mark.parametrize("block_length", [9, 16])
+def test_a_block_covering_the_input_is_global_attention(block_length):
+    x = inputs(9)
+    for masked in (True, False):
+        layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=masked)
+        output = numpy(layer(x))
+        dense = MultiHeadAttention(HEADS, KEY_DIM)
+        dense(x, x)
+        dense.set_weights(layer.get_weights())
+        expected = numpy(dense(x, x, use_causal_mask=masked))
+        np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_distinct_key_and_value_inputs():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3, 1)
+    query, key, value = inputs(8, seed=1), inputs(8, seed=2), inputs(8, seed=3)
+    dense = MultiHeadAttention(HEADS, KEY_DIM)
+    dense(query, value, key)
+    layer(query, value, key)
+    dense.set_weights(layer.get_weights())
+    expected = numpy(dense(query, value, key, attention_mask=local_mask(8, 3, 1, False)[None]))
+    np.testing.assert_allclose(numpy(layer(query, value, key)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("block_length", [1, 3, 4])
+def test_changing_a_later_position_changes_no_earlier_output(block_length):
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=True)
+    x = inputs(10)
+    before = numpy(layer(x))
+    for position in (0, 4, 9):
+        changed = x.copy()
+        changed[:, position] += 3.0
+        after = numpy(layer(changed))
+        np.testing.assert_array_equal(after[:, :position], before[:, :position])
+        assert not np.allclose(after[:, position], before[:, position])
+
+
+def cached_loop(layer, x, max_length, steps=1, step_function=None):
+    step_function = step_function or (
+        lambda x, cache, index: layer(x, cache=cache, cache_update_index=index)
+    )
+    cache = np.zeros((x.shape[0], 2, max_length, HEADS, KEY_DIM), "float32")
+    outputs = []
+    for start in range(0, x.shape[1], steps):
+        output, cache = step_function(x[:, start : start + steps], cache, start)
+        outputs.append(numpy(output))
+    return np.concatenate(outputs, axis=1)
+
+
+@pytest.mark.parametrize(
+    "length, block_length, max_length", [(10, 3, 10), (8, 4, 12), (7, 8, 7), (9, 2, 9)]
+)
+def test_cached_loop_equals_full_masked_pass(length, block_length, max_length):
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=True)
+    x = inputs(length)
+    np.testing.assert_allclose(cached_loop(layer, x, max_length), numpy(layer(x)), atol=1e-5)
+
+
+def test_cached_steps_of_several_positions():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    x = inputs(12)
+    np.testing.assert_allclose(cached_loop(layer, x, 12, steps=4), numpy(layer(x)), atol=1e-5)
+
+
+def test_compiled_cached_step_with_tensor_index():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    x = inputs(10)
+    full = numpy(layer(x))
+    step = jit(lambda x, cache, index: layer(x, cache=cache, cache_update_index=index))
+    looped = cached_loop(
+        layer,
+        x,
+        10,
+        step_function=lambda x, cache, index: step(x, cache, ops.convert_to_tensor(index, "int32")),
+    )
+    np.testing.assert_allclose(looped, full, atol=1e-5)
+
+
+def test_layer_helper_masked_with_value(tmp_path):
+    run_layer_test(
+        LocalAttention1D,
+        dict(num_heads=HEADS, key_dim=KEY_DIM, block_length=3, use_causal_mask=True),
+        {"query": inputs(7), "value": inputs(7, seed=1)},
+        tmp_path,
+    )
+
+
+def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_path):
+    run_layer_test(
+        LocalAttention1D,
+        dict(
+            num_heads=HEADS,
+            key_dim=KEY_DIM,
+            block_length=4,
+            filter_width=2,
+            dropout=0.1,
+            output_shape=5,
+        ),
+        {"query": inputs(9)},
+        tmp_path,
+        expected_output_shape=(2, 9, 5),
+    )
+
+
+def test_config_round_trip_keeps_local_arguments():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 5, 2, use_causal_mask=False, name="local")
+    config = layer.get_config()
+    assert (config["block_length"], config["filter_width"], config["use_causal_mask"]) == (
+        5,
+        2,
+        False,
+    )
+    assert "attention_axes" not in config and "sliding_window" not in config
+    assert LocalAttention1D.from_config(config).get_config() == config
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(block_length=0), "block_length"),
+        (dict(block_length=-2), "block_length"),
+        (dict(block_length=2.5), "block_length"),
+        (dict(block_length=True), "block_length"),
+        (dict(block_length=4, filter_width=-1), "filter_width"),
+        (dict(block_length=4, filter_width=1.0), "filter_width"),
+        (dict(block_length=4, filter_width=2, use_causal_mask=True), "filter_width"),
+        (dict(block_length=4, use_causal_mask="yes"), "use_causal_mask"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, argument):
+    with pytest.raises(ValueError, match=f"`{argument}`"):
+        LocalAttention1D(HEADS, KEY_DIM, **kwargs)
+
+
+def test_bad_call_arguments():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4, use_causal_mask=True)
+    with pytest.raises(ValueError, match="`query` must have rank 3"):
+        layer(np.zeros((2, 3, 4, FEATURES), "float32"))
+    with pytest.raises(ValueError, match="`query` must have rank 3"):
+        layer.build((2, FEATURES))
+    with pytest.raises(ValueError, match="one length"):
+        layer(inputs(6), inputs(5))
+    with pytest.raises(ValueError, match="`use_causal_mask` is fixed"):
+        layer(inputs(6), use_causal_mask=False)
+    cache = np.zeros((2, 2, 6, HEADS, KEY_DIM), "float32")
+    with pytest.raises(ValueError, match="`cache_update_index`"):
+        layer(inputs(1), cache=cache)
+    with pytest.raises(ValueError, match="`cache_update_index` must lie"):
+        layer(inputs(1), cache=cache, cache_update_index=6)
+    unmasked = LocalAttention1D(HEADS, KEY_DIM, 4)
+    with pytest.raises(ValueError, match="use_causal_mask=True"):
+        unmasked(inputs(1), cache=cache, cache_update_index=0)
+    with pytest.raises(ValueError, match="`query` must have 8 features"):
+        layer(np.zeros((2, 6, 3), "float32"))
+
+
+def test_gate_and_value_dim_follow_multi_head_attention():
+    x = inputs(10)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4, 1, value_dim=3, use_gate=True)
+    output = numpy(layer(x))
+    dense = MultiHeadAttention(HEADS, KEY_DIM, value_dim=3, use_gate=True)
+    dense(x, x)
+    dense.set_weights(layer.get_weights())
+    expected = numpy(dense(x, x, attention_mask=local_mask(10, 4, 1, False)[None]))
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_functional_model_with_unknown_length():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    sequence = keras.Input((None, FEATURES))
+    model = keras.Model(sequence, layer(sequence))
+    for length in (5, 9):
+        x = inputs(length)
+        np.testing.assert_allclose(model.predict(x, verbose=0), numpy(layer(x)), atol=1e-5)

@@ -1,0 +1,286 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.ops.blocking_2d import padded_image_shape
+from tests.layer_testing import jit, run_layer_test
+
+HEADS, KEY_DIM, CHANNELS = 2, 4, 8
+
+
+def images(height, width, batch=2, seed=0, channels=CHANNELS):
+    return (
+        np.random.default_rng(seed).normal(size=(batch, height, width, channels)).astype("float32")
+    )
+
+
+def numpy(x):
+    return ops.convert_to_numpy(x)
+
+
+def may_attend(query, key, query_shape, memory_flange, masked):
+    """Whether pixel `query` may attend to pixel `key`, from the definition."""
+    (row, column), (key_row, key_column) = query, key
+    (qh, qw), (fh, fw) = query_shape, memory_flange
+    top, left = (row // qh) * qh, (column // qw) * qw
+    if not masked:
+        return top - fh <= key_row < top + qh + fh and left - fw <= key_column < left + qw + fw
+    above = top - fh <= key_row < top and left - fw <= key_column < left + qw + fw
+    beside = top <= key_row < top + qh and left - fw <= key_column < left
+    in_block = top <= key_row < top + qh and left <= key_column < left + qw
+    earlier_in_block = in_block and (key_row, key_column) <= (row, column)
+    return above or beside or earlier_in_block
+
+
+def local_mask(height, width, query_shape, memory_flange, masked):
+    """`[pixels, pixels]` in raster order, pixel by pixel."""
+    pixels = [(r, c) for r in range(height) for c in range(width)]
+    return np.array(
+        [[may_attend(q, k, query_shape, memory_flange, masked) for k in pixels] for q in pixels]
+    )
+
+
+def dense_reference(layer, image, mask):
+    """Dense attention over the raster-order pixels, same weights, explicit mask."""
+    batch, height, width, channels = image.shape
+    sequence = image.reshape(batch, height * width, channels)
+    dense = MultiHeadAttention(HEADS, KEY_DIM)
+    dense(sequence, sequence)
+    dense.set_weights(layer.get_weights())
+    output = numpy(dense(sequence, sequence, attention_mask=mask))
+    return output.reshape(batch, height, width, -1)
+
+
+def block_raster_order(height, width, query_shape):
+    """`[(row, column, cache position)]` of the real pixels in generation order.
+
+    The cache position counts the padded image's positions in block-raster
+    order; padding pixels are skipped, never generated.
+    """
+    qh, qw = query_shape
+    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    order, position = [], 0
+    for block_row in range(padded_height // qh):
+        for block_column in range(padded_width // qw):
+            for r in range(qh):
+                for c in range(qw):
+                    row, column = block_row * qh + r, block_column * qw + c
+                    if row < height and column < width:
+                        order.append((row, column, position))
+                    position += 1
+    return order
+
+
+CASES = [
+    # height, width, query_shape, memory_flange
+    (4, 6, (2, 3), (1, 2)),
+    (5, 7, (2, 3), (1, 2)),
+    (6, 6, (3, 2), (2, 1)),
+    (5, 8, (1, 4), (0, 3)),
+    (6, 5, (2, 2), (3, 0)),
+    (4, 9, (2, 3), (2, 4)),
+]
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+@pytest.mark.parametrize("height, width, query_shape, memory_flange", CASES)
+def test_equals_dense_attention_with_local_mask(height, width, query_shape, memory_flange, masked):
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=masked)
+    image = images(height, width)
+    output = numpy(layer(image))
+    mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
+    np.testing.assert_allclose(output, dense_reference(layer, image, mask), atol=1e-5)
+
+
+def test_sub_pixel_positions_channels_folded_into_width():
+    """A 4 x 4 x 3 image whose channels are positions: width 12, one feature each."""
+    pixels = np.random.default_rng(1).integers(0, 256, size=(2, 4, 4, 3))
+    embedded = (np.random.default_rng(2).normal(size=(256, CHANNELS)).astype("float32"))[pixels]
+    sub_pixels = embedded.reshape(2, 4, 12, CHANNELS)
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 6), (1, 3), use_causal_mask=True)
+    output = numpy(layer(sub_pixels))
+    mask = local_mask(4, 12, (2, 6), (1, 3), True)[None]
+    np.testing.assert_allclose(output, dense_reference(layer, sub_pixels, mask), atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+def test_padding_masks_are_respected(masked):
+    height, width, query_shape, flange = 5, 6, (2, 3), (1, 2)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, flange, use_causal_mask=masked)
+    image = images(height, width)
+    padding = np.random.default_rng(3).random((2, height, width)) > 0.25
+    output = numpy(layer(image, image, query_mask=padding, value_mask=padding))
+    flat = padding.reshape(2, -1)
+    mask = (
+        local_mask(height, width, query_shape, flange, masked)[None]
+        & flat[:, None, :]
+        & flat[:, :, None]
+    )
+    np.testing.assert_allclose(output, dense_reference(layer, image, mask), atol=1e-5)
+
+
+@pytest.mark.parametrize("query_shape", [(4, 5), (6, 8)])
+def test_a_block_covering_the_image_is_global_attention(query_shape):
+    image = images(4, 5)
+    unmasked = LocalAttention2D(HEADS, KEY_DIM, query_shape)
+    output = numpy(unmasked(image))
+    np.testing.assert_allclose(output, dense_reference(unmasked, image, None), atol=1e-5)
+    # With one block, block-raster order is raster order: global causal attention.
+    masked = LocalAttention2D(HEADS, KEY_DIM, query_shape, use_causal_mask=True)
+    output = numpy(masked(image))
+    causal = np.tril(np.ones((20, 20), bool))[None]
+    np.testing.assert_allclose(output, dense_reference(masked, image, causal), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "height, width, query_shape, memory_flange", [(4, 6, (2, 3), (1, 2)), (5, 5, (2, 2), (2, 1))]
+)
+def test_changing_a_later_pixel_changes_no_earlier_output(
+    height, width, query_shape, memory_flange
+):
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=True)
+    image = images(height, width)
+    before = numpy(layer(image))
+    order = block_raster_order(height, width, query_shape)
+    for step in (0, len(order) // 3, len(order) - 1):
+        row, column, _ = order[step]
+        changed = image.copy()
+        changed[:, row, column] += 3.0
+        after = numpy(layer(changed))
+        for earlier_row, earlier_column, _ in order[:step]:
+            np.testing.assert_array_equal(
+                after[:, earlier_row, earlier_column], before[:, earlier_row, earlier_column]
+            )
+        assert not np.allclose(after[:, row, column], before[:, row, column])
+
+
+def cached_loop(layer, image, step_function=None):
+    """Generates every pixel in block-raster order; returns the outputs as an image."""
+    height, width = image.shape[1:3]
+    step_function = step_function or (
+        lambda pixel, cache, index: layer(
+            pixel, cache=cache, cache_update_index=index, image_shape=(height, width)
+        )
+    )
+    padded = padded_image_shape(height, width, layer.query_shape)
+    cache = np.zeros((image.shape[0], 2, padded[0] * padded[1], HEADS, KEY_DIM), "float32")
+    outputs = np.zeros(image.shape[:3] + (image.shape[-1],), "float32")
+    for row, column, position in block_raster_order(height, width, layer.query_shape):
+        output, cache = step_function(image[:, row : row + 1, column : column + 1], cache, position)
+        outputs[:, row, column] = numpy(output)[:, 0, 0]
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "height, width, query_shape, memory_flange",
+    [(4, 6, (2, 3), (1, 2)), (5, 7, (2, 3), (2, 4)), (3, 4, (3, 4), (0, 0))],
+)
+def test_cached_loop_equals_full_masked_pass(height, width, query_shape, memory_flange):
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=True)
+    image = images(height, width)
+    np.testing.assert_allclose(cached_loop(layer, image), numpy(layer(image)), atol=1e-5)
+
+
+def test_compiled_cached_step_with_tensor_index():
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), use_causal_mask=True)
+    image = images(4, 5)
+    full = numpy(layer(image))
+    step = jit(
+        lambda pixel, cache, index: layer(
+            pixel, cache=cache, cache_update_index=index, image_shape=(4, 5)
+        )
+    )
+    looped = cached_loop(
+        layer,
+        image,
+        lambda pixel, cache, index: step(pixel, cache, ops.convert_to_tensor(index, "int32")),
+    )
+    np.testing.assert_allclose(looped, full, atol=1e-5)
+
+
+def test_layer_helper_masked_with_value(tmp_path):
+    run_layer_test(
+        LocalAttention2D,
+        dict(
+            num_heads=HEADS,
+            key_dim=KEY_DIM,
+            query_shape=(2, 3),
+            memory_flange=(1, 2),
+            use_causal_mask=True,
+        ),
+        {"query": images(3, 5), "value": images(3, 5, seed=1)},
+        tmp_path,
+    )
+
+
+def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_path):
+    run_layer_test(
+        LocalAttention2D,
+        dict(
+            num_heads=HEADS,
+            key_dim=KEY_DIM,
+            query_shape=(2, 2),
+            memory_flange=(2, 1),
+            dropout=0.1,
+            output_shape=3,
+        ),
+        {"query": images(4, 4)},
+        tmp_path,
+        expected_output_shape=(2, 4, 4, 3),
+    )
+
+
+def test_config_round_trip_keeps_local_arguments():
+    layer = LocalAttention2D(HEADS, KEY_DIM, [8, 32], [8, 16], use_causal_mask=True)
+    config = layer.get_config()
+    assert config["query_shape"] == (8, 32) and config["memory_flange"] == (8, 16)
+    assert config["use_causal_mask"] is True
+    assert LocalAttention2D.from_config(config).get_config() == config
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(query_shape=(0, 2)), "query_shape"),
+        (dict(query_shape=(2, -1)), "query_shape"),
+        (dict(query_shape=(2.0, 2)), "query_shape"),
+        (dict(query_shape=4), "query_shape"),
+        (dict(query_shape=(2, 2, 2)), "query_shape"),
+        (dict(query_shape=(2, 2), memory_flange=(-1, 0)), "memory_flange"),
+        (dict(query_shape=(2, 2), memory_flange=(1, 0.5)), "memory_flange"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, argument):
+    with pytest.raises(ValueError, match=f"`{argument}`"):
+        LocalAttention2D(HEADS, KEY_DIM, **kwargs)
+
+
+def test_bad_call_arguments():
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), use_causal_mask=True)
+    with pytest.raises(ValueError, match="`query` must have rank 4"):
+        layer(np.zeros((2, 9, CHANNELS), "float32"))
+    with pytest.raises(ValueError, match="`query` must have rank 4"):
+        layer.build((2, 9, CHANNELS))
+    with pytest.raises(ValueError, match="`memory_flange` must not exceed the image's width"):
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 5))(images(6, 4))
+    with pytest.raises(ValueError, match="one image size"):
+        layer(images(4, 4), images(4, 5))
+    cache = np.zeros((2, 2, 16, HEADS, KEY_DIM), "float32")
+    with pytest.raises(ValueError, match="pass `image_shape="):
+        layer(images(1, 1), cache=cache, cache_update_index=0)
+    with pytest.raises(ValueError, match="one pixel"):
+        layer(images(2, 2), cache=cache, cache_update_index=0, image_shape=(4, 4))
+    with pytest.raises(ValueError, match="block-raster positions"):
+        layer(images(1, 1), cache=cache, cache_update_index=0, image_shape=(5, 4))
+    unmasked = LocalAttention2D(HEADS, KEY_DIM, (2, 2))
+    with pytest.raises(ValueError, match="use_causal_mask=True"):
+        unmasked(images(1, 1), cache=cache, cache_update_index=0, image_shape=(4, 4))
+
+
+def test_symbolic_call_checks_the_flange():
+    import keras
+
+    with pytest.raises(ValueError, match="`memory_flange`"):
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (3, 1))(keras.Input((2, 4, CHANNELS)))
