@@ -15,7 +15,7 @@ RECIPES = [
 ]
 SERVING = ["tensorflow-serving-api==2.20.*"]
 JAX = ["jax"]
-TEST = ["pytest", "pytest-xdist", "numpy"]
+TEST = ["pytest", "numpy", "scikit-learn"]
 
 setup(
     name="keras-selfattn",

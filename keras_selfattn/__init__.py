@@ -1,13 +1,17 @@
 """Self-attention layers for Keras 3."""
 
-from keras_selfattn import layers, ops
+from keras_selfattn import layers, models, ops
 from keras_selfattn.layers import (
+    LocalAttention1D,
+    LocalAttention2D,
     LocalRelativeAttention1D,
     MultiHeadAttention,
     PositionEmbedding,
     RelativeMultiHeadAttention,
     SinusoidalPositionEncoding,
     SinusoidalPositionEncodingND,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
 )
 
 __version__ = "0.1.0"

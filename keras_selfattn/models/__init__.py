@@ -6,6 +6,7 @@ from keras_selfattn.models.decoding import (
     initial_caches,
     layers_by_name,
 )
+from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,
     MaskedSparseCategoricalCrossentropy,
@@ -13,4 +14,8 @@ from keras_selfattn.models.losses import (
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, music_transformer
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
+from keras_selfattn.models.super_resolution import (
+    SUPER_RESOLUTION_PRESETS,
+    image_super_resolution,
+)
 from keras_selfattn.models.translation import TRANSLATION_PRESETS, transformer_translation

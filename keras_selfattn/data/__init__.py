@@ -1,0 +1,1 @@
+"""tf.data pipelines and the offline default data sets."""

@@ -1,0 +1,190 @@
+"""Pixel embeddings, generation-order shifts and heads of the image models.
+
+Sub-pixel models (`head="categorical"`) treat every channel value as its own
+position: the image `[batch, H, W, C]` becomes the grid `[batch, H, W * C]`
+(channels folded into the width, as in the Image Transformer) and channel `c`
+takes the embedding rows `256 c .. 256 c + 255`. The `"dmol"` head has one
+position per pixel, its channels merged by a dense projection (the paper's
+1 x 3 stride-3 convolution).
+"""
+
+import keras
+from keras import ops
+
+from keras_selfattn.layers.local_attention_1d import LocalAttention1D
+from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_selfattn.layers.sinusoidal_position_encoding_nd import SinusoidalPositionEncodingND
+from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
+from keras_selfattn.models.config import check_choice
+from keras_selfattn.models.decoding import numbered_layers
+from keras_selfattn.ops.blocking_2d import block_raster_to_raster, raster_to_block_raster
+
+ATTENTIONS = ("local_1d", "local_2d", "global")
+HEADS = ("categorical", "dmol")
+NUM_VALUES = 256
+DMOL_OUTPUTS_PER_MIXTURE = 10
+
+
+def check_image_config(image_shape, config):
+    """Validates the image shape against the attention and head settings."""
+    check_choice("attention", config["attention"], ATTENTIONS)
+    check_choice("head", config["head"], HEADS)
+    if len(image_shape) != 3 or any(not isinstance(s, int) or s < 1 for s in image_shape):
+        raise ValueError(
+            f"`image_shape` must be (height, width, channels) of positive integers. "
+            f"Received: {image_shape}"
+        )
+    if config["head"] == "dmol" and image_shape[-1] != 3:
+        raise ValueError(
+            f"`head='dmol'` models RGB pixels: `image_shape` needs 3 channels. Received: {image_shape}"
+        )
+    if config["attention"] == "local_2d":
+        grid = position_grid(image_shape, config["head"])
+        query_height, query_width = config["query_shape"]
+        if grid[0] % query_height or grid[1] % query_width:
+            raise ValueError(
+                f"The position grid {grid} (height, width x channels for sub-pixels) must "
+                f"be a multiple of `query_shape` {tuple(config['query_shape'])}."
+            )
+        flange_height, flange_width = config["memory_flange"]
+        if flange_height > grid[0] or flange_width > grid[1]:
+            raise ValueError(
+                f"`memory_flange` {tuple(config['memory_flange'])} exceeds the position grid {grid}."
+            )
+
+
+def position_grid(image_shape, head):
+    """`(rows, columns)` of positions: sub-pixels or pixels."""
+    height, width, channels = image_shape
+    return (height, width * channels) if head == "categorical" else (height, width)
+
+
+def embed_pixels(pixels, embedding, head):
+    """Pixels `[batch, H, W, C]` (0..255) -> position grid `[batch, rows, cols, D]`."""
+    if head == "dmol":
+        return embedding(ops.cast(pixels, "float32") / 127.5 - 1.0)
+    channels = pixels.shape[-1]
+    offsets = ops.arange(channels, dtype="int32") * NUM_VALUES
+    vectors = embedding(ops.cast(pixels, "int32") + offsets)
+    return ops.reshape(vectors, (-1, pixels.shape[1], pixels.shape[2] * channels, vectors.shape[-1]))
+
+
+def pixel_embedding(image_shape, hidden_dim, head, name):
+    if head == "dmol":
+        return keras.layers.Dense(hidden_dim, name=name)
+    return keras.layers.Embedding(NUM_VALUES * image_shape[-1], hidden_dim, name=name)
+
+
+def to_attention_layout(grid, attention):
+    """Grid for 2D attention, raster-order sequence otherwise."""
+    if attention == "local_2d":
+        return grid
+    return ops.reshape(grid, (-1, grid.shape[1] * grid.shape[2], grid.shape[3]))
+
+
+def shift_right(x, attention, query_shape):
+    """Each position gets the previous position's input in generation order
+    (block-raster order for 2D attention, raster order otherwise)."""
+    if attention != "local_2d":
+        return _shift_sequence(x)
+    grid_shape = (x.shape[1], x.shape[2])
+    sequence = ops.reshape(x, (-1, grid_shape[0] * grid_shape[1], x.shape[3]))
+    sequence = raster_to_block_raster(sequence, grid_shape, query_shape)
+    sequence = block_raster_to_raster(_shift_sequence(sequence), grid_shape, query_shape)
+    return ops.reshape(sequence, (-1,) + tuple(x.shape[1:]))
+
+
+def _shift_sequence(sequence):
+    return ops.pad(sequence, [[0, 0], [1, 0], [0, 0]])[:, :-1]
+
+
+def position_signal(attention, name):
+    if attention == "local_2d":
+        return SinusoidalPositionEncodingND(name=name)
+    return SinusoidalPositionEncoding(name=name)
+
+
+def decoder_attention(config):
+    """The masked self-attention layer the config names."""
+    common = dict(
+        num_heads=config["num_heads"],
+        key_dim=config["hidden_dim"] // config["num_heads"],
+        dropout=config["dropout"],
+    )
+    if config["attention"] == "local_1d":
+        return LocalAttention1D(block_length=config["block_length"], use_causal_mask=True, **common)
+    if config["attention"] == "local_2d":
+        return LocalAttention2D(
+            query_shape=tuple(config["query_shape"]),
+            memory_flange=tuple(config["memory_flange"]),
+            use_causal_mask=True,
+            **common,
+        )
+    return MultiHeadAttention(**common)
+
+
+def output_head(config, image_shape):
+    """Per-position output: 256 logits per sub-pixel, or the DMOL parameters."""
+    if config["head"] == "categorical":
+        units = NUM_VALUES
+    else:
+        units = DMOL_OUTPUTS_PER_MIXTURE * config["num_mixtures"]
+    return keras.layers.Dense(units, dtype="float32", name="logits")
+
+
+def to_image_outputs(outputs, image_shape, head):
+    """Head outputs back to `[batch, H, W, C, 256]` or `[batch, H, W, 10 m]`."""
+    height, width, channels = image_shape
+    if head == "categorical":
+        return ops.reshape(outputs, (-1, height, width, channels, NUM_VALUES))
+    return ops.reshape(outputs, (-1, height, width, outputs.shape[-1]))
+
+
+def image_decoder_layers(image_shape, config, cross_attention_factory=None):
+    """The named layers of the image decoder stack."""
+    layers = {
+        "pixel_embedding": pixel_embedding(
+            image_shape, config["hidden_dim"], config["head"], "pixel_embedding"
+        ),
+        "target_position": position_signal(config["attention"], "target_position"),
+    }
+    for index in range(config["num_layers"]):
+        layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
+            decoder_attention(config),
+            feedforward_dim=config["feedforward_dim"],
+            cross_attention=None if cross_attention_factory is None else cross_attention_factory(),
+            dropout=config["dropout"],
+            norm_first=True,
+            name=f"decoder_block_{index}",
+        )
+    layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
+    layers["logits"] = output_head(config, image_shape)
+    return layers
+
+
+def decode_image(layers, pixels, config, image_shape, condition=None, encoder_outputs=None):
+    """Outputs for every position of `pixels`, each from the earlier ones.
+
+    Args:
+        layers: the dict from `image_decoder_layers`.
+        pixels: `[batch, H, W, C]` values 0..255 (the image being modelled).
+        config: the model's hyperparameters.
+        image_shape: `(H, W, C)`.
+        condition: optional `[batch, hidden_dim]` vector added everywhere
+            (class embedding).
+        encoder_outputs: optional `[batch, length, hidden_dim]` for the
+            cross-attention (super-resolution).
+    """
+    grid = embed_pixels(pixels, layers["pixel_embedding"], config["head"])
+    x = to_attention_layout(grid, config["attention"])
+    x = shift_right(x, config["attention"], config["query_shape"])
+    if condition is not None:
+        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
+    x = x + layers["target_position"](x)
+    cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
+    for block in numbered_layers(layers, "decoder_block_"):
+        x = block(x, **cross)
+    outputs = layers["logits"](layers["decoder_norm"](x))
+    return to_image_outputs(outputs, image_shape, config["head"])

@@ -1,0 +1,128 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.models.image_transformer import image_transformer
+from keras_selfattn.models.super_resolution import image_super_resolution
+from keras_selfattn.ops.blocking_2d import block_raster_index
+
+RNG = np.random.default_rng(9)
+SHAPE = (4, 4, 3)
+TINY = dict(preset="tiny", block_length=8, query_shape=(2, 6), memory_flange=(1, 3))
+
+
+def _generation_order(attention, head):
+    """(row, column, channel) of every modelled position in generation order."""
+    height, width, channels = SHAPE
+    if head == "dmol":
+        grid = [(r, c, None) for r in range(height) for c in range(width)]
+        return grid
+    positions = [(r, c // channels, c % channels) for r in range(height) for c in range(width * channels)]
+    if attention == "local_2d":
+        positions.sort(
+            key=lambda p: int(block_raster_index(p[0], p[1] * channels + p[2], width * channels, TINY["query_shape"]))
+        )
+    return positions
+
+
+def _outputs_at(outputs, position):
+    row, column, channel = position
+    return outputs[:, row, column] if channel is None else outputs[:, row, column, channel]
+
+
+def _pixels():
+    return RNG.integers(0, 256, (2,) + SHAPE).astype("int32")
+
+
+@pytest.mark.parametrize("head", ["categorical", "dmol"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global"])
+def test_each_output_sees_only_earlier_positions(attention, head):
+    overrides = dict(TINY, query_shape=(2, 2)) if head == "dmol" else TINY
+    model = image_transformer(SHAPE, attention=attention, head=head, **overrides)
+    order = _generation_order(attention, head)
+    if head == "dmol" and attention == "local_2d":
+        order.sort(key=lambda p: int(block_raster_index(p[0], p[1], SHAPE[1], (2, 2))))
+    pixels = _pixels()
+    before = np.asarray(model(pixels))
+    expected_shape = (2,) + SHAPE + (256,) if head == "categorical" else (2,) + SHAPE[:2] + (40,)
+    assert before.shape == expected_shape
+    step = len(order) // 2
+    row, column, channel = order[step]
+    changed = pixels.copy()
+    channels = slice(None) if channel is None else channel
+    changed[:, row, column, channels] = (changed[:, row, column, channels] + 1) % 256
+    after = np.asarray(model(changed))
+    for position in order[: step + 1]:
+        np.testing.assert_allclose(_outputs_at(after, position), _outputs_at(before, position), atol=1e-5)
+    assert not np.allclose(_outputs_at(after, order[step + 1]), _outputs_at(before, order[step + 1]))
+
+
+def test_local_attention_covering_the_image_equals_global():
+    whole = dict(preset="tiny", block_length=48)
+    local = image_transformer(SHAPE, attention="local_1d", **whole)
+    dense = image_transformer(SHAPE, attention="global", **whole)
+    dense.set_weights(local.get_weights())
+    pixels = _pixels()
+    np.testing.assert_allclose(local(pixels), dense(pixels), atol=1e-5)
+
+
+def test_class_condition_changes_the_outputs():
+    model = image_transformer(SHAPE, num_classes=10, **TINY)
+    pixels = _pixels()
+    first = model({"pixels": pixels, "class_label": np.array([0, 0])})
+    second = model({"pixels": pixels, "class_label": np.array([3, 3])})
+    assert not np.allclose(first, second)
+
+
+def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
+    outputs = np.asarray(model({"low_resolution": low, "pixels": high}))
+    assert outputs.shape == (2,) + SHAPE + (256,)
+    other = np.asarray(model({"low_resolution": (low + 50) % 256, "pixels": high}))
+    assert not np.allclose(outputs, other)
+    path = str(tmp_path / "super_resolution.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_allclose(restored({"low_resolution": low, "pixels": high}), outputs, atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
+def test_save_and_load_without_custom_objects(attention, tmp_path):
+    model = image_transformer(SHAPE, attention=attention, num_classes=3, **TINY)
+    inputs = {"pixels": _pixels(), "class_label": np.array([1, 2])}
+    path = str(tmp_path / "image.keras")
+    model.save(path)
+    np.testing.assert_allclose(keras.models.load_model(path)(inputs), model(inputs), atol=1e-6)
+
+
+def test_cifar10_preset_follows_the_paper():
+    model = image_transformer((32, 32, 3), preset="cifar10")
+    blocks = [layer for layer in model.layers if layer.name.startswith("decoder_block_")]
+    assert len(blocks) == 12
+    assert blocks[0].self_attention.block_length == 256
+    assert model.output.shape == (None, 32, 32, 3, 256)
+
+
+class TestBadInput:
+    def test_unknown_attention_and_head(self):
+        with pytest.raises(ValueError, match="valid values: \\['local_1d', 'local_2d', 'global'\\]"):
+            image_transformer(SHAPE, preset="tiny", attention="dilated")
+        with pytest.raises(ValueError, match="valid values: \\['categorical', 'dmol'\\]"):
+            image_transformer(SHAPE, preset="tiny", head="gaussian")
+
+    def test_image_incompatible_with_blocks(self):
+        with pytest.raises(ValueError, match="multiple of `query_shape`"):
+            image_transformer(SHAPE, preset="tiny", attention="local_2d", query_shape=(3, 5))
+
+    def test_flange_larger_than_the_image(self):
+        with pytest.raises(ValueError, match="`memory_flange`"):
+            image_transformer(SHAPE, preset="tiny", attention="local_2d", query_shape=(2, 6), memory_flange=(8, 3))
+
+    def test_num_classes(self):
+        with pytest.raises(ValueError, match="`num_classes` must be an integer >= 2"):
+            image_transformer(SHAPE, preset="tiny", num_classes=1)
+
+    def test_dmol_needs_rgb(self):
+        with pytest.raises(ValueError, match="needs 3 channels"):
+            image_transformer((4, 4, 1), preset="tiny", head="dmol")
