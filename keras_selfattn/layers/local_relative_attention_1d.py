@@ -10,10 +10,14 @@ from keras.src.backend import set_keras_mask
 from keras_selfattn.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
+from keras_selfattn.ops.blocking_1d import (
+    causal_window_mask,
+    memory_windows,
+    pad_to_blocks,
+    split_blocks,
+)
 from keras_selfattn.ops.masks import merge_masks
 from keras_selfattn.ops.relative import (
-    blocks_with_previous,
-    local_causal_mask,
     local_relative_logits,
     local_relative_weights,
     relative_table_window,
@@ -209,18 +213,17 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         """Projected `[batch, L, heads, dim]` tensors -> `[batch, L, heads, value_dim]`."""
         block = self.block_length
         length = ops.shape(query)[1]
-        padding = (-length) % block
         query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
-        query_blocks = _pad_and_block(query, padding, block)  # [b, n, q, h, d]
-        key_windows = blocks_with_previous(_pad_right(key, padding), block)  # [b, n, m, h, d]
-        value_windows = blocks_with_previous(_pad_right(value, padding), block)
+        query_blocks = split_blocks(pad_to_blocks(query, block), block)  # [b, n, q, h, d]
+        key_windows = _previous_and_own_block(key, block)  # [b, n, m, h, d]
+        value_windows = _previous_and_own_block(value, block)
 
         logits = ops.einsum("bnqhd,bnmhd->bhnqm", query_blocks, key_windows)
         key_table = self._window_rows(self.relative_key_embeddings, query.dtype)
         relative = _dot_window_rows(query_blocks, key_table)
         logits = ops.cast(logits, "float32") + local_relative_logits(ops.cast(relative, "float32"))
 
-        mask = self._local_mask(query_mask, key_mask, length + padding, padding)
+        mask = self._local_mask(query_mask, key_mask, length)
         scores = ops.cast(masked_softmax(logits, mask), value.dtype)
         weights = scores
         if training and self._dropout > 0.0:
@@ -239,19 +242,19 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         window = relative_table_window(table, 1 - count, count, self.max_relative_position)
         return ops.cast(window, dtype)
 
-    def _local_mask(self, query_mask, key_mask, padded_length, padding):
+    def _local_mask(self, query_mask, key_mask, length):
         """`[batch or 1, 1, blocks, block, 2 block]` boolean mask."""
         block = self.block_length
         if key_mask is None:
-            key_mask = ops.ones((1, padded_length - padding), "int32")
+            key_mask = ops.ones((1, length), "int32")
         # Windows hold zeros for the right padding and before position 0.
-        key_present = blocks_with_previous(_pad_right(ops.cast(key_mask, "int32"), padding), block)
+        key_present = _previous_and_own_block(ops.cast(key_mask, "int32"), block)
         mask = ops.logical_and(
-            local_causal_mask(block)[None, None, None],
+            causal_window_mask(block, block, 0)[None, None, None],
             ops.cast(key_present, "bool")[:, None, :, None, :],
         )
         if query_mask is not None:
-            query_present = _pad_and_block(ops.cast(query_mask, "int32"), padding, block)
+            query_present = split_blocks(pad_to_blocks(ops.cast(query_mask, "int32"), block), block)
             mask = ops.logical_and(mask, ops.cast(query_present, "bool")[:, None, :, :, None])
         return mask
 
@@ -296,15 +299,9 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         return config
 
 
-def _pad_right(x, padding):
-    return ops.pad(x, [[0, 0], [0, padding]] + [[0, 0]] * (len(x.shape) - 2))
-
-
-def _pad_and_block(x, padding, block_length):
-    """`[batch, L, ...]` -> `[batch, blocks, block_length, ...]`."""
-    x = _pad_right(x, padding)
-    shape = ops.shape(x)
-    return ops.reshape(x, (shape[0], -1, block_length) + tuple(shape[2:]))
+def _previous_and_own_block(x, block_length):
+    """`[batch, L, ...]` -> `[batch, blocks, 2 * block_length, ...]` windows."""
+    return memory_windows(pad_to_blocks(x, block_length), block_length, block_length, 0)
 
 
 def _dot_window_rows(query_blocks, table):

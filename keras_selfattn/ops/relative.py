@@ -208,38 +208,6 @@ def shaw_row_distances(max_relative_position):
     return low, high
 
 
-def blocks_with_previous(x, block_length):
-    """Cuts `[batch, L, ...]` into memory windows of two blocks.
-
-    Args:
-        x: `[batch, L, ...]` with `L` a multiple of `block_length`.
-        block_length: positions per block.
-
-    Returns:
-        `[batch, L // block_length, 2 * block_length, ...]`: window `n` holds
-        block `n - 1` then block `n`; the block before the first is zeros.
-    """
-    shape = ops.shape(x)
-    rest = tuple(shape[2:])
-    padded = ops.pad(x, [[0, 0], [block_length, 0]] + [[0, 0]] * len(rest))
-    blocks = ops.reshape(padded, (shape[0], -1, block_length) + rest)
-    rest = len(blocks.shape) - 2
-    count = ops.shape(blocks)[1] - 1
-    previous = ops.slice(blocks, (0, 0) + (0,) * rest, (-1, count) + (-1,) * rest)
-    current = ops.slice(blocks, (0, 1) + (0,) * rest, (-1, -1) + (-1,) * rest)
-    return ops.concatenate([previous, current], axis=2)
-
-
-def local_causal_mask(block_length):
-    """`[block, 2 * block]` mask of one query block over its two-block window.
-
-    Query `q` of the block may see window entry `m` when `m <= block + q`.
-    """
-    queries = ops.arange(block_length, dtype="int32")[:, None]
-    window = ops.arange(2 * block_length, dtype="int32")[None, :]
-    return window <= block_length + queries
-
-
 def local_relative_logits(query_table_logits):
     """Relative logits of a query block over its two-block window.
 

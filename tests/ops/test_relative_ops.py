@@ -2,10 +2,9 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_selfattn.ops.blocking_1d import causal_window_mask
 from keras_selfattn.ops.relative import (
-    blocks_with_previous,
     gather_relative_logits,
-    local_causal_mask,
     local_relative_logits,
     local_relative_weights,
     relative_distances,
@@ -155,31 +154,12 @@ def test_sum_weights_by_distance_for_clipped_shaw_rows(offset):
     np.testing.assert_allclose(out.sum(-1), weights.sum(-1), atol=1e-6)
 
 
-def test_blocks_with_previous_pairs_each_block_with_the_one_before():
-    x = random(2, 6, 3)
-    windows = numpy(blocks_with_previous(x, 2))
-    assert windows.shape == (2, 3, 4, 3)
-    np.testing.assert_array_equal(windows[:, 0, :2], 0.0)
-    for n in range(3):
-        for m in range(4):
-            position = (n - 1) * 2 + m
-            if position >= 0:
-                np.testing.assert_array_equal(windows[:, n, m], x[:, position])
-
-
-def test_local_causal_mask_sees_previous_block_and_the_past_of_its_own():
-    mask = numpy(local_causal_mask(3))
-    for q in range(3):
-        for m in range(6):
-            assert mask[q, m] == (m - 3 <= q)
-
-
 @pytest.mark.parametrize("block_length", [1, 3, 8])
 def test_local_relative_logits_and_weights(block_length):
     b = block_length
     dots = random(2, 4, b, 2 * b)  # column c: distance c - (2b - 1)
     logits = numpy(local_relative_logits(dots))
-    weights = random(2, 4, b, 2 * b, seed=1) * numpy(local_causal_mask(b))
+    weights = random(2, 4, b, 2 * b, seed=1) * numpy(causal_window_mask(b, b, 0))
     by_distance = numpy(local_relative_weights(weights))
     for q in range(b):
         for m in range(2 * b):
