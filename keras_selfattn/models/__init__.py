@@ -6,6 +6,11 @@ from keras_selfattn.models.decoding import (
     initial_caches,
     layers_by_name,
 )
+from keras_selfattn.models.image_decoding import (
+    generation_order,
+    image_decoder_step,
+    initial_image_caches,
+)
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,

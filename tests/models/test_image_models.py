@@ -2,7 +2,14 @@ import keras
 import numpy as np
 import pytest
 
-from keras_selfattn.models.image_transformer import image_transformer
+from keras_selfattn.models.config import resolve_preset
+from keras_selfattn.models.decoding import layers_by_name
+from keras_selfattn.models.image_decoding import (
+    generation_order,
+    image_decoder_step,
+    initial_image_caches,
+)
+from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.super_resolution import image_super_resolution
 from keras_selfattn.ops.blocking_2d import block_raster_index
 
@@ -55,6 +62,38 @@ def test_each_output_sees_only_earlier_positions(attention, head):
     for position in order[: step + 1]:
         np.testing.assert_allclose(_outputs_at(after, position), _outputs_at(before, position), atol=1e-5)
     assert not np.allclose(_outputs_at(after, order[step + 1]), _outputs_at(before, order[step + 1]))
+
+
+@pytest.mark.parametrize("head", ["categorical", "dmol"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global"])
+def test_cached_steps_in_generation_order_equal_the_forward_pass(attention, head):
+    overrides = dict(TINY, attention=attention, head=head)
+    del overrides["preset"]
+    if head == "dmol":
+        overrides["query_shape"] = (2, 2)
+    config = resolve_preset("image_transformer", IMAGE_PRESETS, "tiny", overrides)
+    model = image_transformer(SHAPE, preset="tiny", num_classes=4, **overrides)
+    pixels, labels = _pixels(), np.array([1, 3])
+    full = np.asarray(model({"pixels": pixels, "class_label": labels}))
+    layers = layers_by_name(model)
+    condition = layers["class_embedding"](labels)
+    caches = initial_image_caches(layers, 2, SHAPE, config)
+    order = [tuple(p) for p in generation_order(SHAPE, config)]
+    channels = SHAPE[-1]
+
+    def value_at(row, column):  # grid coordinates -> generated value(s)
+        if head == "dmol":
+            return pixels[:, row, column], full[:, row, column]
+        return pixels[:, row, column // channels, column % channels], full[:, row, column // channels, column % channels]
+
+    previous = np.zeros((2,) if head == "categorical" else (2, channels), "int32")
+    for step, (row, column) in enumerate(order):
+        outputs, caches = image_decoder_step(
+            layers, config, SHAPE, previous, step, caches, condition=condition
+        )
+        value, expected = value_at(row, column)
+        np.testing.assert_allclose(outputs, expected, atol=1e-5)
+        previous = value
 
 
 def test_local_attention_covering_the_image_equals_global():

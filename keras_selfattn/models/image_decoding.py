@@ -1,0 +1,101 @@
+"""One cached step of the image models' decoders, in generation order.
+
+Generation order is raster order over the position grid (sub-pixels for the
+categorical head, pixels for DMOL), or block-raster order for `local_2d`.
+Step `t` feeds the value at step `t - 1` (nothing at step 0), exactly as the
+models' shifted forward pass does, so a loop of steps equals that pass.
+"""
+
+import numpy as np
+from keras import ops
+
+from keras_selfattn.models.decoding import initial_caches, numbered_layers
+from keras_selfattn.models.image_common import NUM_VALUES, position_grid
+from keras_selfattn.ops.blocking_2d import block_raster_index
+from keras_selfattn.ops.timing import timing_signal_nd
+
+
+def generation_order(image_shape, config):
+    """`[positions, 2]` int32 `(row, column)` grid coordinates in generation order."""
+    rows, columns = position_grid(image_shape, config["head"])
+    grid = np.stack(np.meshgrid(np.arange(rows), np.arange(columns), indexing="ij"), -1)
+    grid = grid.reshape(-1, 2)
+    if config["attention"] == "local_2d":
+        order = block_raster_index(grid[:, 0], grid[:, 1], columns, config["query_shape"])
+        grid = grid[np.argsort(order)]
+    return grid.astype("int32")
+
+
+def initial_image_caches(layers, batch_size, image_shape, config):
+    """Zero self-attention caches, one per decoder block, for a whole image."""
+    rows, columns = position_grid(image_shape, config["head"])
+    return initial_caches(layers, batch_size, rows * columns)
+
+
+def image_decoder_step(
+    layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None
+):
+    """The outputs for the position at `step` in generation order.
+
+    Args:
+        layers: the model's `{name: layer}` dict (`decoding.layers_by_name`).
+        config: the model's hyperparameters (as for the builder).
+        image_shape: `(height, width, channels)`.
+        previous: the value generated at `step - 1`: `[batch]` int sub-pixel
+            values for the categorical head, `[batch, channels]` pixels for
+            DMOL; ignored at step 0.
+        step: the step, an int or scalar int tensor.
+        caches: from `initial_image_caches` or the previous step.
+        condition: optional `[batch, hidden_dim]` class embedding.
+        encoder_outputs: optional encoder outputs (super-resolution).
+
+    Returns:
+        `(outputs, caches)`: `[batch, 256]` logits or `[batch, 10 m]` DMOL
+        parameters, and the updated caches.
+    """
+    order = ops.convert_to_tensor(generation_order(image_shape, config))
+    step = ops.cast(step, "int32")
+    x = _previous_embedding(layers, config, image_shape, previous, order, step)
+    if condition is not None:
+        x = x + condition
+    x = x + _position_signal(layers, config, image_shape, order, step, x.dtype)
+    grid = {}
+    if config["attention"] == "local_2d":
+        x = x[:, None, None, :]
+        grid = {"image_shape": position_grid(image_shape, config["head"])}
+    else:
+        x = x[:, None, :]
+    cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
+    new_caches = []
+    for index, block in enumerate(numbered_layers(layers, "decoder_block_")):
+        x, cache = block(x, cache=caches[index], cache_update_index=step, **grid, **cross)
+        new_caches.append(cache)
+    outputs = layers["logits"](layers["decoder_norm"](x))
+    return ops.reshape(outputs, (-1, outputs.shape[-1])), new_caches
+
+
+def _previous_embedding(layers, config, image_shape, previous, order, step):
+    embedding = layers["pixel_embedding"]
+    if config["head"] == "dmol":
+        vector = embedding(ops.cast(previous, "float32") / 127.5 - 1.0)
+    else:
+        previous_column = ops.take(order, ops.maximum(step - 1, 0), axis=0)[1]
+        channel = previous_column % image_shape[-1]
+        vector = embedding(ops.cast(previous, "int32") + channel * NUM_VALUES)
+    return vector * ops.cast(step > 0, vector.dtype)
+
+
+def _position_signal(layers, config, image_shape, order, step, dtype):
+    position = layers["target_position"]
+    if config["attention"] != "local_2d":
+        signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), start_index=step)
+        return signal[:, 0]
+    grid_shape = position_grid(image_shape, config["head"])
+    signal = timing_signal_nd(
+        grid_shape, config["hidden_dim"], position.min_timescale, position.max_timescale
+    )
+    row, column = ops.take(order, step, axis=0)[0], ops.take(order, step, axis=0)[1]
+    flat_index = row * grid_shape[1] + column
+    signal = ops.take(ops.reshape(signal, (-1, signal.shape[-1])), flat_index, axis=0)
+    return ops.cast(signal[None], dtype)
+
