@@ -14,8 +14,3 @@ def _fresh_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
 
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: long runs (recipes, distribution, serving); `make test` runs them too"
-    )
