@@ -79,7 +79,7 @@ def _block(result):
         keras.ops.convert_to_numpy(leaf)
 
 
-def median_seconds(step, arrays, warmup=2, repeats=5):
+def median_seconds(step, arrays, warmup=2, repeats=10):
     """Median wall time of `step(*arrays)` after `warmup` untimed calls."""
     for _ in range(warmup):
         _block(step(*arrays))
@@ -106,7 +106,7 @@ def peak_memory_bytes(step, arrays):
     return tf.config.experimental.get_memory_info(device)["peak"] - before
 
 
-def measure(layer, inputs, call_kwargs=None, repeats=5):
+def measure(layer, inputs, call_kwargs=None, repeats=10):
     """`(seconds, peak_bytes)` of one forward+backward pass of `layer`."""
     step = forward_backward(layer, inputs, call_kwargs)
     arrays = [keras.ops.convert_to_tensor(a) for a in inputs.values()]

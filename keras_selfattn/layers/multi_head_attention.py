@@ -265,13 +265,12 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         return ops.less(ops.abs(distance), self._sliding_window)
 
     def _read_and_update_cache(self, cache, key, value, cache_update_index):
-        key_cache, value_cache = cache[:, 0, ...], cache[:, 1, ...]
-        if cache_update_index is None:
-            return key_cache, value_cache, cache
-        start = [0, cache_update_index, 0, 0]
-        key_cache = ops.slice_update(key_cache, start, self._key_dense(key))
-        value_cache = ops.slice_update(value_cache, start, self._value_dense(value))
-        return key_cache, value_cache, ops.stack([key_cache, value_cache], axis=1)
+        if cache_update_index is not None:
+            # One write into the stacked cache: a decoding step copies the
+            # cache once, not once per half and again to restack them.
+            update = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+            cache = ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], update)
+        return cache[:, 0, ...], cache[:, 1, ...], cache
 
     def _check_features(self, **inputs):
         dense_layers = {
