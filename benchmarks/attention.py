@@ -11,7 +11,14 @@ recomputing the whole causal prefix.
 import argparse
 
 import keras
-from common import compiled, measure, median_seconds, megabytes, print_table, random_inputs
+from common import (
+    compiled,
+    measure_in_turns,
+    median_seconds,
+    megabytes,
+    print_table,
+    random_inputs,
+)
 
 from keras_selfattn import MultiHeadAttention
 
@@ -31,8 +38,8 @@ def training_row(length):
     x = random_inputs((1, length, WIDTH))
     ours, theirs = built_pair(x)
     inputs, kwargs = {"query": x, "value": x}, {"use_causal_mask": True}
-    ours_time, ours_memory = measure(ours, inputs, kwargs)
-    keras_time, keras_memory = measure(theirs, inputs, kwargs)
+    results = measure_in_turns({"ours": (ours, inputs, kwargs), "keras": (theirs, inputs, kwargs)})
+    (ours_time, ours_memory), (keras_time, keras_memory) = results["ours"], results["keras"]
     return [
         length,
         ours_time * 1e3,

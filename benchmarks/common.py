@@ -113,6 +113,26 @@ def measure(layer, inputs, call_kwargs=None, repeats=10):
     return median_seconds(step, arrays, repeats=repeats), peak_memory_bytes(step, arrays)
 
 
+def measure_in_turns(cases, rounds=3, repeats=10):
+    """`{name: (seconds, peak_bytes)}` for `cases` `{name: (layer, inputs, call_kwargs)}`.
+
+    The cases are measured in turns, `rounds` times, so that a slow spell of
+    a shared machine or the first call's warm-up does not fall on one case:
+    the time kept is the fastest round's median, the peak the median round's.
+    """
+    samples = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, (layer, inputs, call_kwargs) in cases.items():
+            samples[name].append(measure(layer, inputs, call_kwargs, repeats=repeats))
+    return {
+        name: (
+            min(seconds for seconds, _ in runs),
+            statistics.median(peak for _, peak in runs),
+        )
+        for name, runs in samples.items()
+    }
+
+
 def random_inputs(shape, seed=0, dtype="float32"):
     return np.random.default_rng(seed).normal(size=shape).astype(dtype)
 

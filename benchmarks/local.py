@@ -18,9 +18,8 @@ Run: `.venv/bin/python benchmarks/local.py` (`KERAS_BACKEND=jax` for JAX).
 """
 
 import argparse
-import statistics
 
-from common import measure, megabytes, print_table, random_inputs
+from common import measure_in_turns, megabytes, print_table, random_inputs
 
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
@@ -64,9 +63,7 @@ def variants(image_size):
 def measure_variants(image_size, repeats, rounds, skip_global_above):
     """`{name: (seconds, peak_bytes, keys per query)}`.
 
-    The variants are measured in turns, `rounds` times: the time kept is the
-    fastest round's median and the peak the median round's, which steadies
-    the ratios on a shared machine.
+    The variants are measured in turns (`measure_in_turns`).
     """
     length = image_size * image_size * CHANNELS
     chosen = {
@@ -74,18 +71,10 @@ def measure_variants(image_size, repeats, rounds, skip_global_above):
         for name, variant in variants(image_size).items()
         if not (name.startswith("global") and length > skip_global_above)
     }
-    samples = {name: [] for name in chosen}
-    for _ in range(rounds):
-        for name, (layer, inputs, call_kwargs, _) in chosen.items():
-            samples[name].append(measure(layer, inputs, call_kwargs, repeats=repeats))
-    return {
-        name: (
-            min(seconds for seconds, _ in samples[name]),
-            statistics.median(peak for _, peak in samples[name]),
-            chosen[name][3],
-        )
-        for name in chosen
-    }
+    results = measure_in_turns(
+        {name: variant[:3] for name, variant in chosen.items()}, rounds=rounds, repeats=repeats
+    )
+    return {name: results[name] + (chosen[name][3],) for name in chosen}
 
 
 def comparison_table(results):

@@ -19,7 +19,7 @@ import keras
 from keras import ops
 
 # `common` puts the repository on `sys.path`: import it first.
-from common import measure, megabytes, print_table, random_inputs
+from common import measure_in_turns, megabytes, print_table, random_inputs
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.ops.relative import relative_distances, shaw_table_rows
@@ -66,10 +66,11 @@ def variants(length):
 def rows_for(length, repeats):
     x = random_inputs((1, length, WIDTH))
     inputs = {"query": x, "value": x}
-    results = {}
+    cases = {}
     for name, layer in variants(length).items():
         layer(x, x, use_causal_mask=True)  # build
-        results[name] = measure(layer, inputs, {"use_causal_mask": True}, repeats=repeats)
+        cases[name] = (layer, inputs, {"use_causal_mask": True})
+    results = measure_in_turns(cases, repeats=repeats)
     anchor_seconds, anchor_bytes = results["mha causal (anchor)"]
     return [
         [length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
@@ -80,7 +81,7 @@ def rows_for(length, repeats):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rows = []
     for length in args.lengths:

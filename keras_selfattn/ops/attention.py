@@ -64,6 +64,8 @@ def dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1])
     if mask is not None:
         mask = as_attention_mask(mask, "mask")
+    if query.shape[1] == 1 and dropout is None and not return_scores:
+        return _single_query_attention(query, key, value, bias, mask, scale, is_causal), None
     fused = dropout is None and not return_scores
     # The fused kernels (JAX's among them) need one head size for all three.
     fused = fused and value.shape[-1] == query.shape[-1]
@@ -99,3 +101,17 @@ def _zero_rows_without_keys(output, mask):
     has_key = ops.any(mask, axis=-1)  # [batch?, heads?, query]
     has_key = ops.transpose(has_key, (0, 2, 1))[..., None]
     return output * ops.cast(has_key, output.dtype)
+
+
+def _single_query_attention(query, key, value, bias, mask, scale, is_causal):
+    """One query position (a decoding step): broadcast products and sums read
+    the keys and values once, where an einsum would first transpose them."""
+    logits = ops.sum(key * (query * ops.cast(scale, query.dtype)), axis=-1)  # [b, s, n]
+    logits = ops.transpose(ops.cast(logits, "float32"), (0, 2, 1))[:, :, None, :]
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
+    if is_causal:
+        mask = merge_masks(mask, causal_mask(1, ops.shape(key)[1]))
+    weights = ops.cast(masked_softmax(logits, mask), value.dtype)  # [b, n, 1, s]
+    weights = ops.transpose(weights[:, :, 0, :], (0, 2, 1))[..., None]  # [b, s, n, 1]
+    return ops.sum(weights * value, axis=1, keepdims=True)

@@ -100,3 +100,20 @@ def test_is_causal_equals_an_explicit_lower_triangle(qkv, return_scores):
     lower = np.tril(np.ones((4, 6), bool))
     expected = naive_attention(query, key, value, mask=(padding & lower)[:, None])
     np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_single_query_matches_naive_reference(qkv, dtype):
+    query, key, value = qkv
+    query = query[:, :1]
+    rng = np.random.default_rng(4)
+    bias = rng.normal(size=(1, 3, 1, 6)).astype("float32")
+    mask = rng.random((2, 1, 6)) > 0.4
+    mask[1] = False  # a query with no key
+    output, _ = dot_product_attention(
+        *(ops.cast(t, dtype) for t in (query, key, value)), bias=bias, mask=mask
+    )
+    expected = naive_attention(query, key, value, bias, mask[:, None])
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(output, "float32")), expected, atol=tolerance)
+    np.testing.assert_array_equal(ops.convert_to_numpy(output)[1], 0.0)
