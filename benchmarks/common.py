@@ -2,7 +2,8 @@
 
 Every program times the project's layers and their anchors in one process,
 on the same shapes, with the same harness, and prints ratios. On TensorFlow
-the step is a `tf.function` (graph mode, as `fit` runs it) and peak memory
+the step is a `tf.function` (graph mode, as `fit` runs it on a CPU; XLA, as
+`fit` runs it on an accelerator, when `KERAS_SELFATTN_BENCHMARK_XLA=1`) and peak memory
 comes from the CPU/GPU allocator's statistics; on JAX the step is `jax.jit`
 and peak memory is the compiled program's temporary plus output buffers.
 """
@@ -27,7 +28,7 @@ def forward_backward(layer, inputs, call_kwargs=None):
         return _jax_forward_backward(layer, names, call_kwargs)
     import tensorflow as tf
 
-    @tf.function
+    @tf.function(jit_compile=os.environ.get("KERAS_SELFATTN_BENCHMARK_XLA") == "1")
     def step(*arrays):
         with tf.GradientTape() as tape:
             tape.watch(arrays[0])
@@ -141,7 +142,8 @@ def print_table(title, header, rows):
     """Prints a fixed-width table; floats get three significant digits."""
     cells = [[_format(v) for v in row] for row in rows]
     widths = [max(len(str(h)), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
-    print(f"\n{title}  (backend: {keras.backend.backend()})")
+    mode = " + XLA" if os.environ.get("KERAS_SELFATTN_BENCHMARK_XLA") == "1" else ""
+    print(f"\n{title}  (backend: {keras.backend.backend()}{mode})")
     print("  ".join(str(h).rjust(w) for h, w in zip(header, widths)))
     for row in cells:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
