@@ -17,10 +17,10 @@ $(VENV)/.installed: setup.py
 demo: install
 	$(PYTHON) recipes/demo.py --output_dir runs/demo
 
-# The whole suite on TensorFlow, then the backend-neutral layers and ops on JAX.
+# The whole suite on TensorFlow, then the backend-neutral ops, layers and models on JAX.
 test: install
 	$(PYTEST) tests
-	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers
+	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/models
 
 test-fast: install
 	$(PYTEST) tests -m "not slow"

@@ -183,8 +183,8 @@ def block_attention(
 
     Heads come before blocks so that the two products are plain batched
     matrix products, with no transposes of the windows. Masks are applied as
-    additive biases (broadcast adds, whose gradient is the identity), one per
-    factor, so that no mask or bias of the logits' size is formed; the
+    one additive bias (a broadcast add, whose gradient is the identity) made
+    from the AND of the mask factors, which carry no heads axis; the
     softmax runs in float32 and a query with no key gets zeros.
 
     Args:
@@ -216,15 +216,18 @@ def block_attention(
     factors = [] if mask is None else list(mask) if isinstance(mask, (tuple, list)) else [mask]
     # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
     factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]
-    for factor in factors:
-        logits = logits + ops.where(factor, 0.0, large_negative("float32"))
+    allowed = _logical_and_all(factors) if factors else None
+    if allowed is not None:
+        # One add of the merged (head-free, so small) mask: each add makes
+        # another logits-sized tensor.
+        logits = logits + ops.where(allowed, 0.0, large_negative("float32"))
     scores = ops.cast(ops.softmax(logits, axis=-1), value_windows.dtype)
     if dropout is not None:
         scores = dropout(scores)
     output = ops.einsum("...qk,...kd->...qd", scores, value_windows)
-    if not factors:
+    if allowed is None:
         return output
-    has_key = ops.any(_logical_and_all(factors), axis=-1, keepdims=True)
+    has_key = ops.any(allowed, axis=-1, keepdims=True)
     return output * ops.cast(has_key, output.dtype)
 
 
