@@ -131,7 +131,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         for tensor in (query, value, key):
             set_keras_mask(tensor, None)
         self._check_features(query=query, value=value, key=key)
-        if cache is not None or attention_bias is not None:
+        if cache is not None or attention_bias is not None or use_causal_mask:
             self._check_sequence_attention(query)
 
         gate = self._gate_dense(query) if self._use_gate else None
@@ -289,7 +289,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
     def _check_sequence_attention(self, query):
         if len(query.shape) != 3 or self._attention_axes != (1,):
             raise ValueError(
-                "`cache` and `attention_bias` need sequence inputs "
+                "`cache`, `attention_bias` and `use_causal_mask` need sequence inputs "
                 "`[batch, length, features]` with the default `attention_axes`. "
                 f"Received: query.shape={tuple(query.shape)}, "
                 f"attention_axes={self._attention_axes}"
