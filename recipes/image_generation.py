@@ -68,6 +68,10 @@ def main(argv=None):
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
     (train_pixels, train_labels), (test_pixels, test_labels) = load(args)
+    if args.conditional and train_labels is None:
+        raise ValueError(
+            f"`--conditional` needs class labels; the {args.dataset} data set has none."
+        )
     num_classes = int(train_labels.max()) + 1 if args.conditional else None
     model = build(args, train_pixels.shape[1:], num_classes)
     model.compile(

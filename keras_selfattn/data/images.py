@@ -32,9 +32,9 @@ def digits(holdout_fraction=0.2, seed=0):
 
 
 def tfds_images(name, split, data_dir=None):
-    """Images and labels of a tensorflow-datasets image set, as numpy arrays.
-
-    Needs the data set downloaded or prepared in `data_dir`.
+    """Images and labels (`None` for unlabelled sets) of a tensorflow-datasets
+    image set, as numpy arrays. Needs the data set downloaded or prepared in
+    `data_dir`.
     """
     if name not in TFDS_IMAGE_DATASETS:
         raise ValueError(f"Unknown dataset {name!r}; valid: {sorted(TFDS_IMAGE_DATASETS)}")
@@ -42,8 +42,8 @@ def tfds_images(name, split, data_dir=None):
 
     tfds_name, image_key, label_key = TFDS_IMAGE_DATASETS[name]
     examples = tfds.as_numpy(tfds.load(tfds_name, split=split, data_dir=data_dir, batch_size=-1))
-    labels = examples[label_key] if label_key else np.zeros(len(examples[image_key]), "int32")
-    return examples[image_key].astype("int32"), labels.astype("int32")
+    labels = examples[label_key].astype("int32") if label_key else None
+    return examples[image_key].astype("int32"), labels
 
 
 def marginal_bits_per_dim(train_pixels, test_pixels):
