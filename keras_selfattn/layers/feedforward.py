@@ -54,3 +54,24 @@ def build_once(layer, *shapes):
     """Builds `layer` unless it already is (a deserialized sublayer is)."""
     if not layer.built:
         layer.build(*shapes)
+
+
+def block_config(block):
+    """The constructor arguments both Transformer blocks have, serialized."""
+    return {
+        "self_attention": keras.layers.serialize(block.self_attention),
+        "feedforward_dim": block.feedforward_dim,
+        "dropout": block.dropout,
+        "norm_first": block.norm_first,
+        "activation": block.activation,
+        "layer_norm_epsilon": block.layer_norm_epsilon,
+    }
+
+
+def deserialize_attention_layers(config, *names):
+    """A copy of `config` with the named attention layer configs deserialized."""
+    config = dict(config)
+    for name in names:
+        if config.get(name) is not None:
+            config[name] = keras.layers.deserialize(config[name])
+    return config

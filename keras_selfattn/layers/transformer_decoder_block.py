@@ -5,8 +5,10 @@ import math
 import keras
 
 from keras_selfattn.layers.feedforward import (
-    check_block_arguments,
+    block_config,
     build_once,
+    check_block_arguments,
+    deserialize_attention_layers,
     feedforward_layers,
     residual_connection,
 )
@@ -171,29 +173,11 @@ class TransformerDecoderBlock(keras.layers.Layer):
         return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "self_attention": keras.layers.serialize(self.self_attention),
-                "feedforward_dim": self.feedforward_dim,
-                "cross_attention": (
-                    None
-                    if self.cross_attention is None
-                    else keras.layers.serialize(self.cross_attention)
-                ),
-                "dropout": self.dropout,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
-        return config
+        cross_attention = self.cross_attention
+        if cross_attention is not None:
+            cross_attention = keras.layers.serialize(cross_attention)
+        return {**super().get_config(), **block_config(self), "cross_attention": cross_attention}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["self_attention"] = keras.layers.deserialize(config["self_attention"])
-        if config.get("cross_attention") is not None:
-            config["cross_attention"] = keras.layers.deserialize(config["cross_attention"])
-        return cls(**config)
-
+        return cls(**deserialize_attention_layers(config, "self_attention", "cross_attention"))

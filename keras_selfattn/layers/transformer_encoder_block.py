@@ -3,8 +3,10 @@
 import keras
 
 from keras_selfattn.layers.feedforward import (
-    check_block_arguments,
+    block_config,
     build_once,
+    check_block_arguments,
+    deserialize_attention_layers,
     feedforward_layers,
     residual_connection,
 )
@@ -105,21 +107,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
         return inputs_shape
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "self_attention": keras.layers.serialize(self.self_attention),
-                "feedforward_dim": self.feedforward_dim,
-                "dropout": self.dropout,
-                "norm_first": self.norm_first,
-                "activation": self.activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-            }
-        )
-        return config
+        return {**super().get_config(), **block_config(self)}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        config["self_attention"] = keras.layers.deserialize(config["self_attention"])
-        return cls(**config)
+        return cls(**deserialize_attention_layers(config, "self_attention"))
