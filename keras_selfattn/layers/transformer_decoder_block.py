@@ -4,7 +4,7 @@ import math
 
 import keras
 
-from keras_selfattn.layers.feedforward import (
+from keras_selfattn.layers.transformer_block_parts import (
     block_config,
     build_once,
     check_block_arguments,

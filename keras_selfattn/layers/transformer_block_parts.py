@@ -1,4 +1,4 @@
-"""Pieces shared by the Transformer blocks (not a public layer)."""
+"""Pieces both Transformer blocks use (not a public layer)."""
 
 import keras
 
