@@ -10,7 +10,10 @@ from keras_selfattn.models.image_decoding import (
     initial_image_caches,
 )
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
-from keras_selfattn.models.super_resolution import image_super_resolution
+from keras_selfattn.models.super_resolution import (
+    SUPER_RESOLUTION_PRESETS,
+    image_super_resolution,
+)
 from keras_selfattn.ops.blocking_2d import block_raster_index
 
 RNG = np.random.default_rng(9)
@@ -124,6 +127,26 @@ def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
     model.save(path)
     restored = keras.models.load_model(path)
     np.testing.assert_allclose(restored({"low_resolution": low, "pixels": high}), outputs, atol=1e-6)
+
+
+def test_super_resolution_cached_steps_equal_the_forward_pass():
+    overrides = {key: value for key, value in TINY.items() if key != "preset"}
+    config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, "tiny", overrides)
+    model = image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides)
+    low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
+    full = np.asarray(model({"low_resolution": low, "pixels": high}))
+    encoder = keras.Model(model.input["low_resolution"], model.get_layer("encoder_norm").output)
+    encoded = encoder(low)
+    layers = layers_by_name(model)
+    caches = initial_image_caches(layers, 2, SHAPE, config)
+    previous = np.zeros((2,), "int32")
+    for step, (row, column) in enumerate(generation_order(SHAPE, config)):
+        outputs, caches = image_decoder_step(
+            layers, config, SHAPE, previous, step, caches, encoder_outputs=encoded
+        )
+        pixel, channel = column // SHAPE[-1], column % SHAPE[-1]
+        np.testing.assert_allclose(outputs, full[:, row, pixel, channel], atol=1e-5)
+        previous = high[:, row, pixel, channel]
 
 
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
