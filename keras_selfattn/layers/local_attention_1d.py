@@ -4,7 +4,7 @@ import numbers
 
 import keras
 from keras import ops
-from keras.src.backend import get_keras_mask, set_keras_mask
+from keras.src.backend import get_keras_mask
 
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.attention import dot_product_attention
@@ -169,13 +169,8 @@ class LocalAttentionBase(MultiHeadAttention):
                 query_mask = get_keras_mask(query)
             if value_mask is None and not cached:
                 value_mask = query_mask
-        if key is None:
-            key = value
-        if key is value:
-            key_mask = None
-        for tensor in (query, value, key):
-            set_keras_mask(tensor, None)
-        return query, value, key, query_mask, merge_masks(value_mask, key_mask)
+        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
+        return query, value, key, query_mask, key_mask
 
     def _to_sequence(self, x):
         """Inputs as `[batch, positions, features]` for the projections."""

@@ -3,10 +3,6 @@
 import keras
 from keras import ops
 
-# Not public; `keras.layers.MultiHeadAttention` clears its inputs' masks the
-# same way so that its projection sublayers do not warn about dropping them.
-from keras.src.backend import set_keras_mask
-
 from keras_selfattn.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
@@ -179,12 +175,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
                     "(it builds its mask block by block; use `query_mask` / "
                     f"`value_mask` for padding). Received: {name}={argument!r}"
                 )
-        if key is None:
-            key = value
-        if key is value:
-            key_mask = None
-        for tensor in (query, value, key):
-            set_keras_mask(tensor, None)
+        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
         self._check_features(query=query, value=value, key=key)
         self._check_self_attention_lengths(query, key, value)
         gate = self._gate_dense(query) if self._use_gate else None
@@ -193,7 +184,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             self._key_dense(key),
             self._value_dense(value),
             query_mask=query_mask,
-            key_mask=merge_masks(value_mask, key_mask),
+            key_mask=key_mask,
             training=training,
         )
         if gate is not None:

@@ -124,12 +124,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
         training=None,
         use_causal_mask=False,
     ):
-        if key is None:
-            key = value
-        if key is value:
-            key_mask = None
-        for tensor in (query, value, key):
-            set_keras_mask(tensor, None)
+        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
         self._check_features(query=query, value=value, key=key)
         if cache is not None or attention_bias is not None or use_causal_mask:
             self._check_sequence_attention(query)
@@ -154,7 +149,7 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             projected_query,
             projected_key,
             query_mask=query_mask,
-            key_mask=merge_masks(value_mask, key_mask),
+            key_mask=key_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask and not causal_by_kernel,
             query_offset=0 if cache_update_index is None else cache_update_index,
@@ -219,6 +214,20 @@ class MultiHeadAttention(keras.layers.MultiHeadAttention):
             is_causal=use_causal_mask and cache_update_index is None,
             flash_attention=self._flash_attention,
         )
+
+    def _key_and_key_mask(self, query, value, key, value_mask, key_mask):
+        """`key` (defaulting to `value`) and the padding mask of the keys.
+
+        Also clears the inputs' Keras masks, which the projection sublayers
+        would otherwise warn about dropping.
+        """
+        if key is None:
+            key = value
+        if key is value:
+            key_mask = None
+        for tensor in (query, value, key):
+            set_keras_mask(tensor, None)
+        return key, merge_masks(value_mask, key_mask)
 
     def _attention_mask(
         self,

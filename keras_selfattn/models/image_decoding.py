@@ -6,6 +6,8 @@ Step `t` feeds the value at step `t - 1` (nothing at step 0), exactly as the
 models' shifted forward pass does, so a loop of steps equals that pass.
 """
 
+import functools
+
 import numpy as np
 from keras import ops
 
@@ -17,11 +19,18 @@ from keras_selfattn.ops.timing import timing_signal_nd
 
 def generation_order(image_shape, config):
     """`[positions, 2]` int32 `(row, column)` grid coordinates in generation order."""
-    rows, columns = position_grid(image_shape, config["head"])
+    query_shape = tuple(config["query_shape"]) if config["attention"] == "local_2d" else None
+    return _generation_order(tuple(image_shape), config["head"], query_shape).copy()
+
+
+@functools.lru_cache(maxsize=32)
+def _generation_order(image_shape, head, query_shape):
+    # Cached: every decoding step looks the order up.
+    rows, columns = position_grid(image_shape, head)
     grid = np.stack(np.meshgrid(np.arange(rows), np.arange(columns), indexing="ij"), -1)
     grid = grid.reshape(-1, 2)
-    if config["attention"] == "local_2d":
-        order = block_raster_index(grid[:, 0], grid[:, 1], columns, config["query_shape"])
+    if query_shape is not None:
+        order = block_raster_index(grid[:, 0], grid[:, 1], columns, query_shape)
         grid = grid[np.argsort(order)]
     return grid.astype("int32")
 
