@@ -39,3 +39,19 @@ def naive_multi_head_attention(layer, query, value, mask):
         np.einsum("btnh,nhf->btf", heads, weights["attention_output/kernel"])
         + weights["attention_output/bias"]
     )
+
+
+def backend_gradients(function, arrays):
+    """Gradients of the scalar `function(*arrays)` by the backend's autodiff."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        gradients = jax.grad(function, argnums=tuple(range(len(arrays))))(*arrays)
+        return [np.asarray(g) for g in gradients]
+    import tensorflow as tf
+
+    tensors = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        total = function(*tensors)
+    return [g.numpy() for g in tape.gradient(total, tensors)]

@@ -21,6 +21,7 @@ import math
 from keras import ops
 
 from keras_selfattn.ops.softmax import large_negative
+from keras_selfattn.ops.softmax_attention import softmax_attention
 
 
 def num_blocks(length, block_length):
@@ -185,7 +186,9 @@ def block_attention(
     matrix products, with no transposes of the windows. Masks are applied as
     one additive bias (a broadcast add, whose gradient is the identity) made
     from the AND of the mask factors, which carry no heads axis; the
-    softmax runs in float32 and a query with no key gets zeros.
+    softmax runs in float32 and a query with no key gets zeros. Without
+    dropout the core is `softmax_attention`, whose gradient needs one
+    logits-sized tensor fewer than differentiating it op by op.
 
     Args:
         query_blocks: `[batch, heads, num_blocks, block_length, head_dim]`.
@@ -210,21 +213,23 @@ def block_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query_blocks.shape[-1])
     query_blocks = query_blocks * ops.cast(scale, query_blocks.dtype)
-    logits = ops.cast(ops.einsum("...qd,...kd->...qk", query_blocks, key_windows), "float32")
-    if bias is not None:
-        logits = logits + ops.cast(bias, "float32")
     factors = [] if mask is None else list(mask) if isinstance(mask, (tuple, list)) else [mask]
     # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
     factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]
     allowed = _logical_and_all(factors) if factors else None
     if allowed is not None:
-        # One add of the merged (head-free, so small) mask: each add makes
-        # another logits-sized tensor.
-        logits = logits + ops.where(allowed, 0.0, large_negative("float32"))
-    scores = ops.cast(ops.softmax(logits, axis=-1), value_windows.dtype)
-    if dropout is not None:
-        scores = dropout(scores)
-    output = ops.einsum("...qk,...kd->...qd", scores, value_windows)
+        # The merged mask is head-free, so small; it joins `bias` as one term
+        # because each add to the logits makes another logits-sized tensor.
+        mask_bias = ops.where(allowed, 0.0, large_negative("float32"))
+        bias = mask_bias if bias is None else ops.cast(bias, "float32") + mask_bias
+    if dropout is None:
+        output = softmax_attention(query_blocks, key_windows, value_windows, bias)
+    else:
+        logits = ops.cast(ops.einsum("...qd,...kd->...qk", query_blocks, key_windows), "float32")
+        if bias is not None:
+            logits = logits + ops.cast(bias, "float32")
+        scores = dropout(ops.cast(ops.softmax(logits, axis=-1), value_windows.dtype))
+        output = ops.einsum("...qk,...kd->...qd", scores, value_windows)
     if allowed is None:
         return output
     has_key = ops.any(allowed, axis=-1, keepdims=True)

@@ -1,0 +1,117 @@
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.ops.softmax_attention import softmax_attention
+from tests.references import backend_gradients
+
+
+def plain_attention(query, key, value, bias=None):
+    """The formula differentiated op by op."""
+    logits = ops.cast(ops.einsum("...qd,...kd->...qk", query, key), "float32")
+    if bias is not None:
+        logits = logits + bias
+    probabilities = ops.cast(ops.softmax(logits, axis=-1), value.dtype)
+    return ops.einsum("...qk,...kd->...qd", probabilities, value)
+
+
+def numpy_attention(query, key, value, bias):
+    logits = np.einsum("...qd,...kd->...qk", query, key) + bias
+    logits = logits - logits.max(-1, keepdims=True)
+    probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    return np.einsum("...qk,...kd->...qd", probabilities, value)
+
+
+def random_case(bias_shape, seed=0, dtype="float32"):
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(2, 3, 4, 5, 8)).astype(dtype)
+    key = rng.normal(size=(2, 3, 4, 7, 8)).astype(dtype)
+    value = rng.normal(size=(2, 3, 4, 7, 6)).astype(dtype)
+    bias = rng.normal(size=bias_shape).astype("float32")
+    weights = rng.normal(size=(2, 3, 4, 5, 6)).astype("float32")
+    return query, key, value, bias, weights
+
+
+BIAS_SHAPES = [(5, 7), (1, 4, 5, 7), (2, 1, 4, 1, 7), (2, 3, 4, 5, 7)]
+
+
+@pytest.mark.parametrize("bias_shape", BIAS_SHAPES)
+def test_output_matches_numpy(bias_shape):
+    query, key, value, bias, _ = random_case(bias_shape)
+    output = ops.convert_to_numpy(softmax_attention(query, key, value, bias))
+    np.testing.assert_allclose(output, numpy_attention(query, key, value, bias), atol=1e-5)
+
+
+@pytest.mark.parametrize("bias_shape", BIAS_SHAPES)
+def test_gradients_match_autodiff_of_the_plain_formula(bias_shape):
+    query, key, value, bias, weights = random_case(bias_shape, seed=1)
+
+    def loss(attention):
+        return lambda q, k, v, b: ops.sum(attention(q, k, v, b) * weights)
+
+    ours = backend_gradients(loss(softmax_attention), [query, key, value, bias])
+    plain = backend_gradients(loss(plain_attention), [query, key, value, bias])
+    for name, mine, expected in zip(("query", "key", "value", "bias"), ours, plain):
+        assert mine.shape == expected.shape, name
+        np.testing.assert_allclose(mine, expected, atol=2e-5, err_msg=name)
+
+
+def test_gradients_without_bias_match_autodiff():
+    query, key, value, _, weights = random_case((5, 7), seed=2)
+
+    def loss(attention):
+        return lambda q, k, v: ops.sum(attention(q, k, v) * weights)
+
+    ours = backend_gradients(loss(softmax_attention), [query, key, value])
+    plain = backend_gradients(loss(plain_attention), [query, key, value])
+    for mine, expected in zip(ours, plain):
+        np.testing.assert_allclose(mine, expected, atol=2e-5)
+
+
+def test_query_gradient_matches_finite_differences():
+    query, key, value, bias, weights = (x.astype("float64") for x in random_case((5, 7), seed=3))
+    direction = np.random.default_rng(4).normal(size=query.shape)
+    step = 1e-5
+    numeric = (
+        np.sum(weights * numpy_attention(query + step * direction, key, value, bias))
+        - np.sum(weights * numpy_attention(query - step * direction, key, value, bias))
+    ) / (2 * step)
+    (d_query,) = backend_gradients(
+        lambda q: ops.sum(softmax_attention(q, key, value, bias) * weights),
+        [query.astype("float32")],
+    )
+    np.testing.assert_allclose(np.sum(d_query * direction), numeric, rtol=1e-4)
+
+
+def test_masked_out_keys_get_no_gradient():
+    query, key, value, _, weights = random_case((5, 7), seed=5)
+    bias = np.zeros((5, 7), "float32")
+    bias[:, 3] = -1e9
+    _, d_key, d_value = backend_gradients(
+        lambda q, k, v: ops.sum(softmax_attention(q, k, v, bias) * weights), [query, key, value]
+    )
+    np.testing.assert_array_equal(d_key[..., 3, :], 0.0)
+    np.testing.assert_array_equal(d_value[..., 3, :], 0.0)
+    assert np.all(np.isfinite(d_key)) and np.all(np.isfinite(d_value))
+
+
+def test_float16_inputs_keep_their_dtype_and_agree_with_float32():
+    query, key, value, bias, weights = random_case((1, 4, 5, 7), seed=6)
+    half = [x.astype("float16") for x in (query, key, value)]
+    output = softmax_attention(*half, bias)
+    assert ops.convert_to_numpy(output).dtype == np.float16
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output).astype("float32"),
+        numpy_attention(query, key, value, bias),
+        atol=2e-2,
+    )
+    gradients = backend_gradients(
+        lambda q, k, v: ops.sum(ops.cast(softmax_attention(q, k, v, bias), "float32") * weights),
+        half,
+    )
+    reference = backend_gradients(
+        lambda q, k, v: ops.sum(softmax_attention(q, k, v, bias) * weights), [query, key, value]
+    )
+    for mine, expected in zip(gradients, reference):
+        assert mine.dtype == np.float16
+        np.testing.assert_allclose(mine.astype("float32"), expected, atol=5e-2, rtol=2e-2)
