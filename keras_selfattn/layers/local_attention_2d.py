@@ -15,8 +15,9 @@ from keras_selfattn.ops.blocking_2d import (
     blocks_to_image,
     extract_memory_2d,
     image_to_blocks,
+    inside_image,
     masked_memory_mask_2d,
-    memory_offsets_2d,
+    memory_pixels_2d,
     memory_validity_2d,
     pad_image_to_blocks,
     padded_image_shape,
@@ -200,22 +201,23 @@ class LocalAttention2D(LocalAttentionBase):
         masked = self.use_causal_mask
         heads = self._num_heads
         query_blocks = _unfold_heads(
-            image_to_blocks(self._padded_images(query, image_shape), self.query_shape), heads
+            image_to_blocks(
+                pad_image_to_blocks(self._head_images(query, image_shape), self.query_shape),
+                self.query_shape,
+            ),
+            heads,
         )
         key_memory, value_memory = (
             _unfold_heads(
                 extract_memory_2d(
-                    self._padded_images(x, image_shape),
-                    self.query_shape,
-                    self.memory_flange,
-                    masked,
+                    self._head_images(x, image_shape), self.query_shape, self.memory_flange, masked
                 ),
                 heads,
             )
             for x in (key, value)
         )
         mask = memory_validity_2d(
-            image_shape, padded_shape, self.query_shape, self.memory_flange, masked, key_mask
+            image_shape, self.query_shape, self.memory_flange, masked, key_mask
         )
         masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
         if masked:
@@ -240,15 +242,14 @@ class LocalAttention2D(LocalAttentionBase):
         output = ops.reshape(output, [-1, heads, height * width, output.shape[-1]])
         return ops.transpose(output, (0, 2, 1, 3))
 
-    def _padded_images(self, sequence, image_shape):
-        """Projected `[batch, H * W, heads, dim]` -> padded `[batch * heads, H', W', dim]`.
+    def _head_images(self, sequence, image_shape):
+        """Projected `[batch, H * W, heads, dim]` -> `[batch * heads, H, W, dim]`.
 
         Heads are folded into the batch so that blocks are cut per head and
         attention runs as batched matrix products without transposes.
         """
         heads_first = ops.transpose(sequence, (0, 2, 1, 3))
-        images = ops.reshape(heads_first, [-1, *image_shape, sequence.shape[-1]])
-        return pad_image_to_blocks(images, self.query_shape)
+        return ops.reshape(heads_first, [-1, *image_shape, sequence.shape[-1]])
 
     def _cached_attention(
         self, query, key_cache, value_cache, cache_update_index, query_mask, image_shape, training
@@ -261,15 +262,10 @@ class LocalAttention2D(LocalAttentionBase):
         block_row = block // (padded_width // query_width)
         block_column = block % (padded_width // query_width)
 
-        offset_rows, offset_columns = memory_offsets_2d(
-            self.query_shape, self.memory_flange, masked=True
+        rows, columns = memory_pixels_2d(
+            block_row, block_column, self.query_shape, self.memory_flange, masked=True
         )
-        rows = block_row * query_height + offset_rows
-        columns = block_column * query_width + offset_columns
-        inside = ops.logical_and(
-            ops.logical_and(rows >= 0, rows < height),
-            ops.logical_and(columns >= 0, columns < width),
-        )
+        inside = inside_image(rows, columns, (height, width))
         positions = block_raster_index(
             ops.clip(rows, 0, padded_height - 1),
             ops.clip(columns, 0, padded_width - 1),

@@ -16,13 +16,11 @@ offsets `(dy, dx)` from the block's top-left corner `(R * qh, C * qw)`:
   positions up to the query in raster order.
 
 `memory_offsets_2d` lists the offsets in the order `extract_memory_2d` lays
-the memory out, so one description serves the full pass (windows cut with
-`memory_windows`) and a cached step (a gather of those positions).
+the memory out, so one description serves the full pass and a cached step:
+both gather the positions `memory_pixels_2d` gives.
 """
 
 from keras import ops
-
-from keras_selfattn.ops.blocking_1d import memory_windows
 
 
 def check_divisible(height, width, query_shape):
@@ -148,12 +146,69 @@ def memory_offsets_2d(query_shape, memory_flange, masked):
     return ops.concatenate(rows, axis=0), ops.concatenate(columns, axis=0)
 
 
+def memory_pixels_2d(block_rows, block_columns, query_shape, memory_flange, masked):
+    """`(rows, columns)` of the memory pixels of query blocks `(block_rows, block_columns)`.
+
+    Args:
+        block_rows, block_columns: int32 tensors (or ints) of one shape `S`.
+        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+
+    Returns:
+        Two int32 `S + [memory_length]` tensors in the order of
+        `memory_offsets_2d`; pixels may lie outside the image.
+    """
+    query_height, query_width = query_shape
+    offset_rows, offset_columns = memory_offsets_2d(query_shape, memory_flange, masked)
+    top = ops.expand_dims(ops.convert_to_tensor(block_rows, "int32") * query_height, -1)
+    left = ops.expand_dims(ops.convert_to_tensor(block_columns, "int32") * query_width, -1)
+    return top + offset_rows, left + offset_columns
+
+
+def memory_positions_2d(image_shape, query_shape, memory_flange, masked):
+    """Raster positions of the memory of every query block of an image.
+
+    Args:
+        image_shape: `(height, width)`, any size; blocks tile the image padded
+            to multiples of `query_shape`.
+        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+
+    Returns:
+        int32 `[num_blocks, memory_length]`: `row * width + column` for pixels
+        of the image, `height * width` for pixels outside it.
+    """
+    height, width = image_shape
+    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    block_rows, block_columns = padded_height // query_shape[0], padded_width // query_shape[1]
+    grid = ops.meshgrid(
+        ops.arange(block_rows, dtype="int32"),
+        ops.arange(block_columns, dtype="int32"),
+        indexing="ij",
+    )
+    rows, columns = memory_pixels_2d(
+        *(ops.reshape(x, [-1]) for x in grid), query_shape, memory_flange, masked
+    )
+    inside = inside_image(rows, columns, image_shape)
+    return ops.where(inside, rows * width + columns, height * width)
+
+
+def inside_image(rows, columns, image_shape):
+    """Whether pixels `(rows, columns)` lie in an image of `image_shape`."""
+    height, width = image_shape
+    return ops.logical_and(
+        ops.logical_and(rows >= 0, rows < height), ops.logical_and(columns >= 0, columns < width)
+    )
+
+
 def extract_memory_2d(image, query_shape, memory_flange, masked):
     """The memory of every query block.
 
+    One gather from the flattened image (as tensor2tensor's 2D local
+    attention does): the windows overlap, and cutting them with pads and
+    slices costs several window-sized copies forward and backward.
+
     Args:
-        image: `[batch, H, W, ...]`, `H` and `W` multiples of `query_shape`;
-            positions outside it read as zeros.
+        image: `[batch, height, width, ...]`, any size (blocks tile it padded
+            to multiples of `query_shape`); positions outside it read as zeros.
         query_shape: `(qh, qw)`.
         memory_flange: `(fh, fw)`.
         masked: whether to cut the masked memory (rows above and columns to the
@@ -163,23 +218,14 @@ def extract_memory_2d(image, query_shape, memory_flange, masked):
         `[batch, num_blocks, memory_length, ...]`, blocks in raster order,
         memory positions in the order of `memory_offsets_2d`.
     """
-    check_divisible(image.shape[1], image.shape[2], query_shape)
-    regions = []
-    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, masked):
-        regions.append(_cut_region(image, query_shape, top, bottom, left, right))
-    return ops.concatenate(regions, axis=2) if len(regions) > 1 else regions[0]
-
-
-def _cut_region(image, query_shape, top, bottom, left, right):
-    query_height, query_width = query_shape
-    rows = memory_windows(image, query_height, -top, bottom - query_height, axis=1)
-    # [batch, block_rows, region_height, W, ...] -> cut the columns.
-    windows = memory_windows(rows, query_width, -left, right - query_width, axis=3)
-    # [batch, block_rows, region_height, block_columns, region_width, ...]
-    windows = ops.transpose(windows, _swap_axes_2_and_3(len(windows.shape)))
+    height, width = image.shape[1], image.shape[2]
     rest = list(ops.shape(image)[3:])
-    block_count = (image.shape[1] // query_height) * (image.shape[2] // query_width)
-    return ops.reshape(windows, [-1, block_count, (bottom - top) * (right - left)] + rest)
+    positions = memory_positions_2d((height, width), query_shape, memory_flange, masked)
+    pixels = ops.reshape(image, [-1, height * width] + rest)
+    # One zero pixel at index `height * width` stands for every outside position.
+    pixels = ops.concatenate([pixels, ops.zeros_like(pixels[:, :1])], axis=1)
+    memory = ops.take(pixels, ops.reshape(positions, [-1]), axis=1)
+    return ops.reshape(memory, [-1] + list(positions.shape) + rest)
 
 
 def masked_memory_mask_2d(query_shape, memory_flange):
@@ -196,14 +242,11 @@ def masked_memory_mask_2d(query_shape, memory_flange):
     return ops.logical_or(outside_block, not_after)
 
 
-def memory_validity_2d(
-    image_shape, padded_shape, query_shape, memory_flange, masked, key_mask=None
-):
+def memory_validity_2d(image_shape, query_shape, memory_flange, masked, key_mask=None):
     """Which memory entries are pixels of the image (and not padding).
 
     Args:
-        image_shape: the true `(height, width)`.
-        padded_shape: the padded `(H, W)`, multiples of `query_shape`.
+        image_shape: the `(height, width)` of the image.
         query_shape, memory_flange, masked: as in `extract_memory_2d`.
         key_mask: optional `[batch, height, width]` padding mask.
 
@@ -211,18 +254,13 @@ def memory_validity_2d(
         Boolean `[1 or batch, num_blocks, memory_length]`.
     """
     height, width = image_shape
-    padded_height, padded_width = padded_shape
-    rows = ops.arange(padded_height, dtype="int32")[:, None] < height
-    columns = ops.arange(padded_width, dtype="int32")[None, :] < width
-    valid = ops.logical_and(rows, columns)[None]
-    if key_mask is not None:
-        key_mask = ops.pad(
-            ops.cast(key_mask, "bool"),
-            [(0, 0), (0, padded_height - height), (0, padded_width - width)],
-        )
-        valid = ops.logical_and(valid, key_mask)
-    memory = extract_memory_2d(valid, query_shape, memory_flange, masked)
-    return ops.cast(memory, "bool")
+    positions = memory_positions_2d(image_shape, query_shape, memory_flange, masked)
+    inside = (positions < height * width)[None]
+    if key_mask is None:
+        return inside
+    key_mask = ops.reshape(ops.cast(key_mask, "bool"), [-1, height * width])
+    key_mask = ops.pad(key_mask, [(0, 0), (0, 1)])  # outside positions read False
+    return ops.logical_and(inside, ops.take(key_mask, positions, axis=1))
 
 
 def _swap_axes_2_and_3(rank):

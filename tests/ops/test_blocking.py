@@ -204,8 +204,8 @@ def test_block_raster_helpers_reject_partial_blocks():
 @pytest.mark.parametrize(
     "query_shape, memory_flange", [((2, 3), (1, 2)), ((2, 2), (3, 1)), ((1, 4), (0, 5))]
 )
-def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, masked):
-    height, width = 4, 12
+@pytest.mark.parametrize("height, width", [(4, 12), (5, 11)], ids=["tiled", "partial-blocks"])
+def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, masked, height, width):
     image = np.random.default_rng(5).normal(size=(1, height, width, 2)).astype("float32")
     memory = numpy(extract_memory_2d(image, query_shape, memory_flange, masked))[0]
     dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, masked))
@@ -215,7 +215,8 @@ def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, masked):
         (qh + 2 * fh) * (qw + 2 * fw) if not masked else fh * (qw + 2 * fw) + qh * (qw + fw)
     )
     assert memory.shape[1] == len(dy) == expected_length
-    blocks_per_row = width // qw
+    blocks_per_row = -(-width // qw)
+    assert memory.shape[0] == -(-height // qh) * blocks_per_row
     for block in range(memory.shape[0]):
         top, left = (block // blocks_per_row) * qh, (block % blocks_per_row) * qw
         for m in range(expected_length):
@@ -240,11 +241,9 @@ def test_masked_memory_mask_2d_follows_block_raster_order(query_shape, memory_fl
 
 
 def test_memory_validity_2d_masks_padding_and_outside():
-    image_shape, padded_shape, query_shape, flange = (3, 5), (4, 6), (2, 3), (1, 2)
+    image_shape, query_shape, flange = (3, 5), (2, 3), (1, 2)
     key_mask = np.random.default_rng(6).random((2, 3, 5)) > 0.3
-    validity = numpy(
-        memory_validity_2d(image_shape, padded_shape, query_shape, flange, True, key_mask)
-    )
+    validity = numpy(memory_validity_2d(image_shape, query_shape, flange, True, key_mask))
     dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, flange, True))
     for block in range(4):
         top, left = (block // 2) * 2, (block % 2) * 3
