@@ -53,13 +53,15 @@ def _jax_forward_backward(layer, names, call_kwargs):
 
     gradient = jax.jit(jax.grad(loss, argnums=(0, 1)))
 
-    def step(*arrays):
-        trainable = [v.value for v in layer.trainable_variables]
-        return gradient(trainable, arrays[0], arrays[1:])
+    def trainable_values(arrays):
+        if not layer.built:  # `stateless_call` needs the variables created.
+            layer(**dict(zip(names, arrays)), **call_kwargs)
+        return [v.value for v in layer.trainable_variables]
 
-    step.lower = lambda *arrays: gradient.lower(
-        [v.value for v in layer.trainable_variables], arrays[0], arrays[1:]
-    )
+    def step(*arrays):
+        return gradient(trainable_values(arrays), arrays[0], arrays[1:])
+
+    step.lower = lambda *arrays: gradient.lower(trainable_values(arrays), arrays[0], arrays[1:])
     return step
 
 
