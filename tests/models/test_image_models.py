@@ -188,3 +188,16 @@ class TestBadInput:
     def test_dmol_needs_rgb(self):
         with pytest.raises(ValueError, match="needs 3 channels"):
             image_transformer((4, 4, 1), preset="tiny", head="dmol")
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export needs TF")
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
+def test_exported_saved_model_serves_the_model_outputs(attention, tmp_path):
+    import tensorflow as tf
+
+    model = image_transformer(SHAPE, attention=attention, num_classes=3, **TINY)
+    inputs = {"pixels": _pixels(), "class_label": np.array([1, 2])}
+    export_dir = str(tmp_path / "saved_model")
+    model.export(export_dir, format="tf_saved_model", verbose=False)
+    serving = tf.saved_model.load(export_dir)  # kept alive: it owns the variables
+    np.testing.assert_allclose(serving.serve(inputs), model(inputs), atol=1e-5)
