@@ -6,6 +6,7 @@ from keras import ops
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from tests.layer_testing import jit, run_layer_test
+from tests.references import backend_gradients
 
 HEADS, KEY_DIM, FEATURES = 2, 4, 8
 
@@ -61,6 +62,26 @@ def test_equals_dense_attention_with_local_mask(length, block_length, filter_wid
         layer, x, local_mask(length, block_length, filter_width, masked)[None]
     )
     np.testing.assert_allclose(numpy(layer(x)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "block_length, filter_width, masked", [(3, 0, True), (3, 2, False)], ids=["masked", "unmasked"]
+)
+def test_input_gradient_equals_dense_attention_gradient(block_length, filter_width, masked):
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width, use_causal_mask=masked)
+    x = inputs(11)
+    layer(x)
+    dense = MultiHeadAttention(HEADS, KEY_DIM)
+    dense(x, x)
+    dense.set_weights(layer.get_weights())
+    mask = local_mask(11, block_length, filter_width, masked)[None]
+    weights = np.random.default_rng(4).normal(size=(2, 11, FEATURES))
+
+    (local_gradient,) = backend_gradients(lambda y: ops.sum(layer(y) * weights), [x])
+    (dense_gradient,) = backend_gradients(
+        lambda y: ops.sum(dense(y, y, attention_mask=mask) * weights), [x]
+    )
+    np.testing.assert_allclose(local_gradient, dense_gradient, atol=1e-5)
 
 
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])

@@ -6,6 +6,7 @@ from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.blocking_2d import padded_image_shape
 from tests.layer_testing import jit, run_layer_test
+from tests.references import backend_gradients
 
 HEADS, KEY_DIM, CHANNELS = 2, 4, 8
 
@@ -92,6 +93,30 @@ def test_equals_dense_attention_with_local_mask(height, width, query_shape, memo
     output = numpy(layer(image))
     mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
     np.testing.assert_allclose(output, dense_reference(layer, image, mask), atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+def test_input_gradient_equals_dense_attention_gradient(masked):
+    height, width, query_shape, memory_flange = 5, 7, (2, 3), (1, 2)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=masked)
+    image = images(height, width)
+    layer(image)
+    dense = MultiHeadAttention(HEADS, KEY_DIM)
+    sequence = image.reshape(2, height * width, CHANNELS)
+    dense(sequence, sequence)
+    dense.set_weights(layer.get_weights())
+    mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
+    weights = np.random.default_rng(4).normal(size=(2, height, width, CHANNELS))
+
+    (local_gradient,) = backend_gradients(lambda x: ops.sum(layer(x) * weights), [image])
+
+    def dense_loss(x):
+        flat = ops.reshape(x, (2, height * width, CHANNELS))
+        output = dense(flat, flat, attention_mask=mask)
+        return ops.sum(ops.reshape(output, (2, height, width, CHANNELS)) * weights)
+
+    (dense_gradient,) = backend_gradients(dense_loss, [image])
+    np.testing.assert_allclose(local_gradient, dense_gradient, atol=1e-5)
 
 
 def test_sub_pixel_positions_channels_folded_into_width():
