@@ -186,8 +186,8 @@ def block_attention(
     matrix products, with no transposes of the windows. Masks are applied as
     one additive bias (a broadcast add, whose gradient is the identity) made
     from the AND of the mask factors, which carry no heads axis; the
-    softmax runs in float32 and a query with no key gets zeros. Without
-    dropout the core is `softmax_attention`, whose gradient needs one
+    softmax runs in float32 and a query with no key gets zeros. The core is
+    `softmax_attention`, whose gradient (without dropout) needs one
     logits-sized tensor fewer than differentiating it op by op.
 
     Args:
@@ -222,14 +222,7 @@ def block_attention(
         # because each add to the logits makes another logits-sized tensor.
         mask_bias = ops.where(allowed, 0.0, large_negative("float32"))
         bias = mask_bias if bias is None else ops.cast(bias, "float32") + mask_bias
-    if dropout is None:
-        output = softmax_attention(query_blocks, key_windows, value_windows, bias)
-    else:
-        logits = ops.cast(ops.einsum("...qd,...kd->...qk", query_blocks, key_windows), "float32")
-        if bias is not None:
-            logits = logits + ops.cast(bias, "float32")
-        scores = dropout(ops.cast(ops.softmax(logits, axis=-1), value_windows.dtype))
-        output = ops.einsum("...qk,...kd->...qd", scores, value_windows)
+    output = softmax_attention(query_blocks, key_windows, value_windows, bias, dropout)
     if allowed is None:
         return output
     has_key = ops.any(allowed, axis=-1, keepdims=True)

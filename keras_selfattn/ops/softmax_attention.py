@@ -11,12 +11,10 @@ gradient written out here needs one logits-sized tensor fewer at its peak.
 from keras import ops
 
 
-def softmax_attention(query, key, value, bias=None):
+def softmax_attention(query, key, value, bias=None, dropout=None):
     """`softmax(query . key^T + bias) . value` over the last two axes.
 
     Logits and softmax are float32; the products run in the inputs' dtype.
-    No dropout: with dropout on the probabilities, differentiate the plain
-    formula instead.
 
     Args:
         query: `[..., queries, head_dim]`, already scaled.
@@ -26,13 +24,20 @@ def softmax_attention(query, key, value, bias=None):
             such as a mask turned into `0` / large negative entries or a
             relative-position term; its gradient is summed over the axes it
             broadcasts along.
+        dropout: optional callable applied to the probabilities. The output
+            of dropped probabilities no longer gives the row sums, so with
+            dropout the formula is differentiated op by op.
 
     Returns:
         `[..., queries, value_dim]` in the dtype of `value`.
     """
+    if bias is not None:
+        bias = ops.cast(bias, "float32")
+    if dropout is not None:
+        return _forward(query, key, value, bias, dropout)[1]
     if bias is None:
         return _attention(query, key, value)
-    return _attention_with_bias(query, key, value, ops.cast(bias, "float32"))
+    return _attention_with_bias(query, key, value, bias)
 
 
 @ops.custom_gradient
@@ -61,13 +66,16 @@ def _attention_with_bias(query, key, value, bias):
     return output, gradient
 
 
-def _forward(query, key, value, bias):
+def _forward(query, key, value, bias, dropout=None):
+    """`(probabilities, output)`; `dropout`, if any, applies to the output's weights."""
     logits = ops.cast(ops.einsum("...qd,...kd->...qk", query, key), "float32")
     if bias is not None:
         logits = logits + bias
     probabilities = ops.softmax(logits, axis=-1)
-    output = ops.einsum("...qk,...kd->...qd", ops.cast(probabilities, value.dtype), value)
-    return probabilities, output
+    weights = ops.cast(probabilities, value.dtype)
+    if dropout is not None:
+        weights = dropout(weights)
+    return probabilities, ops.einsum("...qk,...kd->...qd", weights, value)
 
 
 def _backward(query, key, value, probabilities, output, d_output):

@@ -115,3 +115,32 @@ def test_float16_inputs_keep_their_dtype_and_agree_with_float32():
     for mine, expected in zip(gradients, reference):
         assert mine.dtype == np.float16
         np.testing.assert_allclose(mine.astype("float32"), expected, atol=5e-2, rtol=2e-2)
+
+
+def test_dropout_applies_to_the_probabilities_and_is_differentiated():
+    query, key, value, bias, weights = random_case((5, 7), seed=7)
+    keep = np.random.default_rng(8).random((2, 3, 4, 5, 7)) > 0.3
+
+    def dropout(probabilities):
+        return probabilities * keep / 0.7
+
+    logits = np.einsum("...qd,...kd->...qk", query, key) + bias
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    expected = np.einsum("...qk,...kd->...qd", probabilities * keep / 0.7, value)
+    output = ops.convert_to_numpy(softmax_attention(query, key, value, bias, dropout))
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+
+    def plain_with_dropout(q, k, v):
+        logits = ops.einsum("...qd,...kd->...qk", q, k) + bias
+        return ops.einsum("...qk,...kd->...qd", dropout(ops.softmax(logits, axis=-1)), v)
+
+    def loss(attention):
+        return lambda q, k, v: ops.sum(attention(q, k, v) * weights)
+
+    ours = backend_gradients(
+        loss(lambda q, k, v: softmax_attention(q, k, v, bias, dropout)), [query, key, value]
+    )
+    plain = backend_gradients(loss(plain_with_dropout), [query, key, value])
+    for mine, expected in zip(ours, plain):
+        np.testing.assert_allclose(mine, expected, atol=2e-5)
