@@ -13,14 +13,15 @@ from keras_selfattn.ops.blocking_1d import block_attention
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
     blocks_to_image,
-    extract_memory_2d,
+    gather_pixels,
     image_to_blocks,
     inside_image,
     masked_memory_mask_2d,
     memory_pixels_2d,
-    memory_validity_2d,
+    memory_positions_2d,
     pad_image_to_blocks,
     padded_image_shape,
+    pixel_validity,
 )
 
 
@@ -207,18 +208,12 @@ class LocalAttention2D(LocalAttentionBase):
             ),
             heads,
         )
+        positions = memory_positions_2d(image_shape, self.query_shape, self.memory_flange, masked)
         key_memory, value_memory = (
-            _unfold_heads(
-                extract_memory_2d(
-                    self._head_images(x, image_shape), self.query_shape, self.memory_flange, masked
-                ),
-                heads,
-            )
+            _unfold_heads(gather_pixels(self._head_images(x, image_shape), positions), heads)
             for x in (key, value)
         )
-        mask = memory_validity_2d(
-            image_shape, self.query_shape, self.memory_flange, masked, key_mask
-        )
+        mask = pixel_validity(positions, image_shape, key_mask)
         masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
         if masked:
             masks.append(masked_memory_mask_2d(self.query_shape, self.memory_flange))

@@ -16,6 +16,7 @@ from keras_selfattn.ops.blocking_2d import (
     block_raster_to_raster,
     blocks_to_image,
     extract_memory_2d,
+    gather_pixels,
     image_to_blocks,
     inside_image,
     masked_memory_mask_2d,
@@ -24,6 +25,7 @@ from keras_selfattn.ops.blocking_2d import (
     memory_positions_2d,
     memory_validity_2d,
     pad_image_to_blocks,
+    pixel_validity,
     raster_to_block_raster,
 )
 from keras_selfattn.ops.dmol import (

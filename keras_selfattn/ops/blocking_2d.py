@@ -218,14 +218,29 @@ def extract_memory_2d(image, query_shape, memory_flange, masked):
         `[batch, num_blocks, memory_length, ...]`, blocks in raster order,
         memory positions in the order of `memory_offsets_2d`.
     """
+    image_shape = (image.shape[1], image.shape[2])
+    positions = memory_positions_2d(image_shape, query_shape, memory_flange, masked)
+    return gather_pixels(image, positions)
+
+
+def gather_pixels(image, positions):
+    """`image` `[batch, height, width, ...]` read at raster `positions`.
+
+    Args:
+        image: `[batch, height, width, ...]`.
+        positions: int32 tensor of raster positions, `height * width` for a
+            pixel outside the image (as `memory_positions_2d` gives them).
+
+    Returns:
+        `[batch] + positions.shape + [...]`, zeros at outside positions.
+    """
     height, width = image.shape[1], image.shape[2]
     rest = list(ops.shape(image)[3:])
-    positions = memory_positions_2d((height, width), query_shape, memory_flange, masked)
     pixels = ops.reshape(image, [-1, height * width] + rest)
     # One zero pixel at index `height * width` stands for every outside position.
     pixels = ops.concatenate([pixels, ops.zeros_like(pixels[:, :1])], axis=1)
-    memory = ops.take(pixels, ops.reshape(positions, [-1]), axis=1)
-    return ops.reshape(memory, [-1] + list(positions.shape) + rest)
+    gathered = ops.take(pixels, ops.reshape(positions, [-1]), axis=1)
+    return ops.reshape(gathered, [-1] + list(positions.shape) + rest)
 
 
 def masked_memory_mask_2d(query_shape, memory_flange):
@@ -253,8 +268,22 @@ def memory_validity_2d(image_shape, query_shape, memory_flange, masked, key_mask
     Returns:
         Boolean `[1 or batch, num_blocks, memory_length]`.
     """
-    height, width = image_shape
     positions = memory_positions_2d(image_shape, query_shape, memory_flange, masked)
+    return pixel_validity(positions, image_shape, key_mask)
+
+
+def pixel_validity(positions, image_shape, key_mask=None):
+    """Which raster `positions` are pixels of the image (and not padding).
+
+    Args:
+        positions: int32 tensor, `height * width` for outside pixels.
+        image_shape: the `(height, width)` of the image.
+        key_mask: optional `[batch, height, width]` padding mask.
+
+    Returns:
+        Boolean `[1 or batch] + positions.shape`.
+    """
+    height, width = image_shape
     inside = (positions < height * width)[None]
     if key_mask is None:
         return inside

@@ -29,14 +29,19 @@ def local_mask(length, block_length, filter_width, masked):
     return mask
 
 
-def dense_reference(layer, x, mask):
-    """Dense attention with the weights of `layer` and an explicit mask."""
+def dense_twin(layer, x):
+    """A `MultiHeadAttention` with the weights of `layer` (built on `x`)."""
     if not layer.built:
         layer(x)
     dense = MultiHeadAttention(HEADS, KEY_DIM)
     dense(x, x)
     dense.set_weights(layer.get_weights())
-    return ops.convert_to_numpy(dense(x, x, attention_mask=mask))
+    return dense
+
+
+def dense_reference(layer, x, mask):
+    """Dense attention with the weights of `layer` and an explicit mask."""
+    return ops.convert_to_numpy(dense_twin(layer, x)(x, x, attention_mask=mask))
 
 
 def numpy(x):
@@ -70,10 +75,7 @@ def test_equals_dense_attention_with_local_mask(length, block_length, filter_wid
 def test_input_gradient_equals_dense_attention_gradient(block_length, filter_width, masked):
     layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width, use_causal_mask=masked)
     x = inputs(11)
-    layer(x)
-    dense = MultiHeadAttention(HEADS, KEY_DIM)
-    dense(x, x)
-    dense.set_weights(layer.get_weights())
+    dense = dense_twin(layer, x)
     mask = local_mask(11, block_length, filter_width, masked)[None]
     weights = np.random.default_rng(4).normal(size=(2, 11, FEATURES))
 

@@ -43,15 +43,28 @@ def local_mask(height, width, query_shape, memory_flange, masked):
     )
 
 
-def dense_reference(layer, image, mask):
-    """Dense attention over the raster-order pixels, same weights, explicit mask."""
-    batch, height, width, channels = image.shape
-    sequence = image.reshape(batch, height * width, channels)
+def dense_twin(layer, image):
+    """A `MultiHeadAttention` with the weights of `layer` (built on `image`)."""
+    if not layer.built:
+        layer(image)
     dense = MultiHeadAttention(HEADS, KEY_DIM)
+    sequence = image.reshape(image.shape[0], -1, image.shape[-1])
     dense(sequence, sequence)
     dense.set_weights(layer.get_weights())
-    output = numpy(dense(sequence, sequence, attention_mask=mask))
-    return output.reshape(batch, height, width, -1)
+    return dense
+
+
+def dense_image_attention(dense, image, mask):
+    """`dense` over the raster-order pixels of `image`, with an explicit mask."""
+    batch, height, width, channels = image.shape
+    sequence = ops.reshape(image, (batch, height * width, channels))
+    output = dense(sequence, sequence, attention_mask=mask)
+    return ops.reshape(output, (batch, height, width, -1))
+
+
+def dense_reference(layer, image, mask):
+    """Dense attention over the raster-order pixels, same weights, explicit mask."""
+    return numpy(dense_image_attention(dense_twin(layer, image), image, mask))
 
 
 def block_raster_order(height, width, query_shape):
@@ -100,22 +113,14 @@ def test_input_gradient_equals_dense_attention_gradient(masked):
     height, width, query_shape, memory_flange = 5, 7, (2, 3), (1, 2)
     layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=masked)
     image = images(height, width)
-    layer(image)
-    dense = MultiHeadAttention(HEADS, KEY_DIM)
-    sequence = image.reshape(2, height * width, CHANNELS)
-    dense(sequence, sequence)
-    dense.set_weights(layer.get_weights())
+    dense = dense_twin(layer, image)
     mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
     weights = np.random.default_rng(4).normal(size=(2, height, width, CHANNELS))
 
     (local_gradient,) = backend_gradients(lambda x: ops.sum(layer(x) * weights), [image])
-
-    def dense_loss(x):
-        flat = ops.reshape(x, (2, height * width, CHANNELS))
-        output = dense(flat, flat, attention_mask=mask)
-        return ops.sum(ops.reshape(output, (2, height, width, CHANNELS)) * weights)
-
-    (dense_gradient,) = backend_gradients(dense_loss, [image])
+    (dense_gradient,) = backend_gradients(
+        lambda x: ops.sum(dense_image_attention(dense, x, mask) * weights), [image]
+    )
     np.testing.assert_allclose(local_gradient, dense_gradient, atol=1e-5)
 
 
