@@ -57,5 +57,5 @@ from keras_selfattn.ops.relative import (
     unskew_masked,
 )
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
-from keras_selfattn.ops.softmax_attention import softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd

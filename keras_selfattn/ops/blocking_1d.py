@@ -222,7 +222,7 @@ def block_attention(
         # because each add to the logits makes another logits-sized tensor.
         mask_bias = ops.where(allowed, 0.0, large_negative("float32"))
         bias = mask_bias if bias is None else ops.cast(bias, "float32") + mask_bias
-    output = softmax_attention(query_blocks, key_windows, value_windows, bias, dropout)
+    output = softmax_attention(query_blocks, key_windows, value_windows, bias, dropout=dropout)
     if allowed is None:
         return output
     has_key = ops.any(allowed, axis=-1, keepdims=True)

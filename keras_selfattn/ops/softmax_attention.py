@@ -1,4 +1,9 @@
-"""Softmax attention whose gradient keeps only the probabilities.
+"""The attention core: `softmax(query . key^T + bias, masked) . value`.
+
+Every layer of the package computes its (spelled-out) attention here, so
+scaling conventions, float32 logits, masking and the rule for a query with
+nothing to attend to (a fully masked row gives zeros, never NaN or a uniform
+average) are written once.
 
 Differentiating `softmax(logits) @ value` op by op keeps the logits-sized
 probabilities and, in the backward pass, builds `dp * p` on top of `dp` and
@@ -10,9 +15,31 @@ gradient written out here needs one logits-sized tensor fewer at its peak.
 
 from keras import ops
 
+from keras_selfattn.ops.softmax import large_negative, masked_softmax
 
-def softmax_attention(query, key, value, bias=None, dropout=None):
-    """`softmax(query . key^T + bias) . value` over the last two axes.
+
+def attention_probabilities(query, key, bias=None, mask=None):
+    """float32 `softmax(query . key^T + bias)` over the keys, masked.
+
+    Args:
+        query: `[..., queries, head_dim]`, already scaled.
+        key: `[..., keys, head_dim]`.
+        bias: optional additive logits broadcastable to `[..., queries, keys]`.
+        mask: optional boolean mask broadcastable to `[..., queries, keys]`,
+            `True` = may attend.
+
+    Returns:
+        `[..., queries, keys]` float32 probabilities; a fully masked row is
+        all zeros.
+    """
+    logits = ops.cast(ops.einsum("...qd,...kd->...qk", query, key), "float32")
+    if bias is not None:
+        logits = logits + ops.cast(bias, "float32")
+    return masked_softmax(logits, mask)
+
+
+def softmax_attention(query, key, value, bias=None, mask=None, dropout=None):
+    """`softmax(query . key^T + bias) . value` over the last two axes, masked.
 
     Logits and softmax are float32; the products run in the inputs' dtype.
 
@@ -20,10 +47,11 @@ def softmax_attention(query, key, value, bias=None, dropout=None):
         query: `[..., queries, head_dim]`, already scaled.
         key: `[..., keys, head_dim]`.
         value: `[..., keys, value_dim]`.
-        bias: optional additive logits broadcastable to `[..., queries, keys]`,
-            such as a mask turned into `0` / large negative entries or a
-            relative-position term; its gradient is summed over the axes it
-            broadcasts along.
+        bias: optional additive logits broadcastable to `[..., queries, keys]`
+            (a relative-position term, say); its gradient is summed over the
+            axes it broadcasts along.
+        mask: optional boolean mask broadcastable to `[..., queries, keys]`,
+            `True` = may attend. A query whose keys are all masked gets zeros.
         dropout: optional callable applied to the probabilities. The output
             of dropped probabilities no longer gives the row sums, so with
             dropout the formula is differentiated op by op.
@@ -31,50 +59,64 @@ def softmax_attention(query, key, value, bias=None, dropout=None):
     Returns:
         `[..., queries, value_dim]` in the dtype of `value`.
     """
-    if bias is not None:
-        bias = ops.cast(bias, "float32")
     if dropout is not None:
-        return _forward(query, key, value, bias, dropout)[1]
-    if bias is None:
-        return _attention(query, key, value)
-    return _attention_with_bias(query, key, value, bias)
+        weights = dropout(ops.cast(attention_probabilities(query, key, bias, mask), value.dtype))
+        return ops.einsum("...qk,...kd->...qd", weights, value)
+    inputs = [query, key, value]
+    if bias is not None:
+        inputs.append(ops.cast(bias, "float32"))
+    if mask is not None:
+        inputs.extend(_mask_terms(mask))
+    return _differentiable_attention(bias is not None, mask is not None)(*inputs)
 
 
-@ops.custom_gradient
-def _attention(query, key, value):
-    probabilities, output = _forward(query, key, value, None)
-
-    def gradient(*args, upstream=None):
-        d_query, d_key, d_value, _ = _backward(
-            query, key, value, probabilities, output, _upstream(args, upstream)
-        )
-        return d_query, d_key, d_value
-
-    return output, gradient
+def _mask_terms(mask):
+    """The mask as an additive float32 bias, and `[..., queries, 1]` 1.0 where
+    a query has a key to attend to, 0.0 where its row is fully masked."""
+    mask = ops.cast(mask, "bool")
+    mask_bias = ops.where(mask, 0.0, large_negative("float32"))
+    has_key = ops.cast(ops.any(mask, axis=-1, keepdims=True), "float32")
+    return mask_bias, has_key
 
 
-@ops.custom_gradient
-def _attention_with_bias(query, key, value, bias):
-    probabilities, output = _forward(query, key, value, bias)
+def _differentiable_attention(has_bias, has_mask):
+    """The core with its hand-written gradient, for the inputs present:
+    `(query, key, value[, bias][, mask_bias, has_key])`."""
 
-    def gradient(*args, upstream=None):
-        d_query, d_key, d_value, d_logits = _backward(
-            query, key, value, probabilities, output, _upstream(args, upstream)
-        )
-        return d_query, d_key, d_value, _sum_to_shape(d_logits, bias.shape)
+    @ops.custom_gradient
+    def attention(*inputs):
+        query, key, value = inputs[:3]
+        bias = inputs[3] if has_bias else None
+        mask_bias, has_key = inputs[-2:] if has_mask else (None, None)
+        probabilities, output = _forward(query, key, value, bias, mask_bias, has_key)
 
-    return output, gradient
+        def gradient(*args, upstream=None):
+            d_query, d_key, d_value, d_logits = _backward(
+                query, key, value, probabilities, output, _upstream(args, upstream)
+            )
+            gradients = [d_query, d_key, d_value]
+            if has_bias:
+                gradients.append(_sum_to_shape(d_logits, bias.shape))
+            if has_mask:  # Constants: zero gradients of their own (small) shapes.
+                gradients.extend([ops.zeros_like(mask_bias), ops.zeros_like(has_key)])
+            return tuple(gradients)
+
+        return output, gradient
+
+    return attention
 
 
-def _forward(query, key, value, bias, dropout=None):
-    """`(probabilities, output)`; `dropout`, if any, applies to the output's weights."""
+def _forward(query, key, value, bias, mask_bias, has_key):
+    """`(probabilities, output)`, fully masked rows zero in both."""
     logits = ops.cast(ops.einsum("...qd,...kd->...qk", query, key), "float32")
     if bias is not None:
         logits = logits + bias
+    if mask_bias is not None:
+        logits = logits + mask_bias
     probabilities = ops.softmax(logits, axis=-1)
+    if has_key is not None:
+        probabilities = probabilities * has_key
     weights = ops.cast(probabilities, value.dtype)
-    if dropout is not None:
-        weights = dropout(weights)
     return probabilities, ops.einsum("...qk,...kd->...qd", weights, value)
 
 

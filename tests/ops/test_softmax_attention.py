@@ -128,7 +128,7 @@ def test_dropout_applies_to_the_probabilities_and_is_differentiated():
     probabilities = np.exp(logits - logits.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
     expected = np.einsum("...qk,...kd->...qd", probabilities * keep / 0.7, value)
-    output = ops.convert_to_numpy(softmax_attention(query, key, value, bias, dropout))
+    output = ops.convert_to_numpy(softmax_attention(query, key, value, bias, dropout=dropout))
     np.testing.assert_allclose(output, expected, atol=1e-5)
 
     def plain_with_dropout(q, k, v):
@@ -139,8 +139,59 @@ def test_dropout_applies_to_the_probabilities_and_is_differentiated():
         return lambda q, k, v: ops.sum(attention(q, k, v) * weights)
 
     ours = backend_gradients(
-        loss(lambda q, k, v: softmax_attention(q, k, v, bias, dropout)), [query, key, value]
+        loss(lambda q, k, v: softmax_attention(q, k, v, bias, dropout=dropout)), [query, key, value]
     )
     plain = backend_gradients(loss(plain_with_dropout), [query, key, value])
     for mine, expected in zip(ours, plain):
         np.testing.assert_allclose(mine, expected, atol=2e-5)
+
+
+def numpy_masked_attention(query, key, value, bias, mask):
+    """Masked keys take no part; a row with no key left gives zeros."""
+    logits = np.einsum("...qd,...kd->...qk", query, key) + bias
+    logits = np.where(mask, logits, -np.inf)
+    row_max = np.max(np.where(mask, logits, -1e30), -1, keepdims=True)
+    exponentials = np.where(mask, np.exp(logits - row_max), 0.0)
+    totals = exponentials.sum(-1, keepdims=True)
+    probabilities = np.divide(exponentials, totals, out=np.zeros_like(exponentials), where=totals > 0)
+    return np.einsum("...qk,...kd->...qd", probabilities, value)
+
+
+def random_mask(shape, seed):
+    mask = np.random.default_rng(seed).random(shape) < 0.6
+    mask[..., 0, :] = False  # One fully masked query row in every slice.
+    return mask
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 7), (2, 1, 1, 5, 7), (2, 3, 4, 5, 7)])
+def test_masked_output_matches_numpy_and_fully_masked_rows_are_zero(mask_shape):
+    query, key, value, bias, _ = random_case((1, 4, 5, 7), seed=6)
+    mask = random_mask(mask_shape, seed=7)
+    output = ops.convert_to_numpy(softmax_attention(query, key, value, bias, mask=mask))
+    np.testing.assert_allclose(
+        output, numpy_masked_attention(query, key, value, bias, mask), atol=1e-5
+    )
+    np.testing.assert_array_equal(output[..., 0, :], 0.0)
+
+
+def test_masked_gradients_match_autodiff_and_masked_keys_get_none():
+    query, key, value, bias, weights = random_case((2, 3, 4, 5, 7), seed=8)
+    mask = random_mask((2, 1, 1, 5, 7), seed=9)
+    mask[..., :, -1] = False  # The last key is masked for every query.
+
+    def plain(q, k, v, b):
+        logits = ops.cast(ops.einsum("...qd,...kd->...qk", q, k), "float32") + b
+        logits = ops.where(mask, logits, -1e9)
+        has_key = ops.cast(ops.any(mask, axis=-1, keepdims=True), "float32")
+        probabilities = ops.softmax(logits, axis=-1) * has_key
+        return ops.sum(ops.einsum("...qk,...kd->...qd", probabilities, v) * weights)
+
+    def ours(q, k, v, b):
+        return ops.sum(softmax_attention(q, k, v, b, mask=mask) * weights)
+
+    mine = backend_gradients(ours, [query, key, value, bias])
+    expected = backend_gradients(plain, [query, key, value, bias])
+    for name, got, want in zip(("query", "key", "value", "bias"), mine, expected):
+        np.testing.assert_allclose(got, want, atol=2e-5, err_msg=name)
+    np.testing.assert_array_equal(mine[1][..., -1, :], 0.0)
+    np.testing.assert_array_equal(mine[0][..., 0, :], 0.0)
