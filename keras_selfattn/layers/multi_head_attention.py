@@ -4,10 +4,7 @@ import keras
 import numpy as np
 from keras import backend, ops
 
-# Not public; `keras.layers.MultiHeadAttention` clears its inputs' masks the
-# same way so that its projection sublayers do not warn about dropping them.
-from keras.src.backend import set_keras_mask
-
+from keras_selfattn.compat import MultiHeadAttentionInternals, set_keras_mask
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.masks import (
     as_attention_mask,
@@ -18,7 +15,7 @@ from keras_selfattn.ops.masks import (
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class MultiHeadAttention(keras.layers.MultiHeadAttention):
+class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAttention):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
     Same constructor, weights (sublayers `query`, `key`, `value`,
