@@ -12,8 +12,10 @@ unaffected: the replacements fall back to Keras's own code for them.
 """
 
 import tensorflow as tf
-from keras.src.backend.tensorflow import trainer as tensorflow_trainer
 
+from keras_selfattn.compat import tensorflow_trainer_module
+
+tensorflow_trainer = tensorflow_trainer_module()
 _KERAS_REDUCE_PER_REPLICA = tensorflow_trainer.reduce_per_replica
 _KERAS_MAYBE_SYMBOLIC_BUILD = tensorflow_trainer.TensorFlowTrainer._maybe_symbolic_build
 

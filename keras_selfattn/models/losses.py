@@ -6,8 +6,7 @@ from keras import ops
 # Keras's `Loss.__call__` reads a mask attached to the per-token losses and
 # divides its mean reductions by the count of `True` entries (distribution
 # scaling and the 0-not-NaN empty case included); the public API has no setter.
-from keras.src.backend.common.masking import set_keras_mask
-
+from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.ops.dmol import NUM_CHANNELS, dmol_negative_log_likelihood
 
 _PROBABILITY_FLOOR = 1e-7
