@@ -7,7 +7,7 @@ import keras
 class PositionEmbedding(keras.layers.Layer):
     """A learned embedding per absolute position, up to `sequence_length`.
 
-    Returns the embeddings of positions `start_index .. start_index + length - 1`,
+    Returns the embeddings of positions `cache_update_index .. cache_update_index + length - 1`,
     shaped like the input, for the caller to add.
 
     Shapes: input `[batch, length, channels]`; output the same. The table
@@ -20,7 +20,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     Call arguments:
         inputs: the tensor whose positions are embedded.
-        start_index: position of the first row (int or scalar tensor), for
+        cache_update_index: position of the first row (int or scalar tensor), for
             one-step decoding.
 
     Returns:
@@ -61,10 +61,10 @@ class PositionEmbedding(keras.layers.Layer):
             initializer=self.initializer,
         )
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, cache_update_index=0):
         shape = keras.ops.shape(inputs)
         table = keras.ops.convert_to_tensor(self.position_embeddings)
-        rows = keras.ops.slice(table, (start_index, 0), (shape[1], shape[2]))
+        rows = keras.ops.slice(table, (cache_update_index, 0), (shape[1], shape[2]))
         return keras.ops.broadcast_to(rows[None], shape)
 
     def compute_output_shape(self, input_shape):

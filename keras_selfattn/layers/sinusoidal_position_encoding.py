@@ -25,7 +25,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     Call arguments:
         inputs: the tensor whose positions are encoded.
-        start_index: position of the first row (int or scalar tensor), for
+        cache_update_index: position of the first row (int or scalar tensor), for
             one-step decoding.
 
     Returns:
@@ -54,7 +54,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         self.max_timescale = max_timescale
         self.built = True
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, cache_update_index=0):
         if len(inputs.shape) != 3:
             raise ValueError(
                 "`inputs` must have shape `[batch, length, channels]`. "
@@ -64,7 +64,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         signal = timing_signal_1d(
             shape[1],
             inputs.shape[-1],
-            start_index=start_index,
+            cache_update_index=cache_update_index,
             min_timescale=self.min_timescale,
             max_timescale=self.max_timescale,
         )

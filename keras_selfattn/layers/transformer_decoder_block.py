@@ -47,8 +47,8 @@ class TransformerDecoderBlock(keras.layers.Layer):
         cache: optional self-attention cache (layout of the attention layer,
             `[batch, 2, max_length, num_heads, key_dim]`).
         cache_update_index: position of the first input row in the cache.
-        image_shape: with a cache and `LocalAttention2D`, the `(height,
-            width)` of the image being generated.
+        grid_shape: with a cache and `LocalAttention2D`, the `(rows,
+            columns)` of the position grid being generated.
         training: whether dropout is active.
 
     Returns:
@@ -123,7 +123,7 @@ class TransformerDecoderBlock(keras.layers.Layer):
         encoder_padding_mask=None,
         cache=None,
         cache_update_index=None,
-        image_shape=None,
+        grid_shape=None,
         training=None,
     ):
         if (encoder_outputs is None) != (self.cross_attention is None):
@@ -136,10 +136,10 @@ class TransformerDecoderBlock(keras.layers.Layer):
 
         def attend_to_self(x):
             if cache is None:
-                return self.self_attention(x, x, use_causal_mask=True, training=training)
-            grid = {} if image_shape is None else {"image_shape": image_shape}
+                return self.self_attention(x, use_causal_mask=True, training=training)
+            grid = {} if grid_shape is None else {"grid_shape": grid_shape}
             output, updated = self.self_attention(
-                x, x, cache=cache, cache_update_index=cache_update_index,
+                x, cache=cache, cache_update_index=cache_update_index,
                 use_causal_mask=True, training=training, **grid,
             )
             new_cache.append(updated)

@@ -14,12 +14,12 @@ import keras
 from keras import ops
 
 
-def embed_tokens(embedding, tokens, position=None, start_index=0):
+def embed_tokens(embedding, tokens, position=None, cache_update_index=0):
     """Token embeddings scaled by `sqrt(width)`, plus the position signal."""
     x = embedding(tokens)
     x = x * ops.cast(math.sqrt(x.shape[-1]), x.dtype)
     if position is not None:
-        x = x + position(x, start_index=start_index)
+        x = x + position(x, cache_update_index=cache_update_index)
     return x
 
 
@@ -72,9 +72,11 @@ def decoder_logits(
     With caches (from `initial_caches`) it is one cached step (or a prefill
     of several positions) and returns `(logits, new_caches)`.
     """
-    start_index = 0 if cache_update_index is None else cache_update_index
     x = embed_tokens(
-        layers["target_embedding"], tokens, layers.get("target_position"), start_index
+        layers["target_embedding"],
+        tokens,
+        layers.get("target_position"),
+        0 if cache_update_index is None else cache_update_index,
     )
     cross = {}
     if encoder_outputs is not None:

@@ -71,7 +71,7 @@ def image_decoder_step(
     grid = {}
     if config["attention"] == "local_2d":
         x = x[:, None, None, :]
-        grid = {"image_shape": position_grid(image_shape, config["head"])}
+        grid = {"grid_shape": position_grid(image_shape, config["head"])}
     else:
         x = x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
@@ -97,7 +97,7 @@ def _previous_embedding(layers, config, image_shape, previous, order, step):
 def _position_signal(layers, config, image_shape, order, step, dtype):
     position = layers["target_position"]
     if config["attention"] != "local_2d":
-        signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), start_index=step)
+        signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), cache_update_index=step)
         return signal[:, 0]
     grid_shape = position_grid(image_shape, config["head"])
     signal = timing_signal_nd(

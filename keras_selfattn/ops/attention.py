@@ -6,16 +6,7 @@ from keras import ops
 
 from keras_selfattn.ops.masks import as_attention_mask, causal_mask, merge_masks
 from keras_selfattn.ops.softmax import masked_softmax
-
-
-def attention_logits(query, key, scale):
-    """Scaled `query . key` logits, `[batch, heads, query, key]`, in float32.
-
-    The query is scaled before the product: one pass over `[query, heads,
-    dim]` instead of over the larger logits.
-    """
-    logits = ops.einsum("btnh,bsnh->bnts", query * ops.cast(scale, query.dtype), key)
-    return ops.cast(logits, "float32")
+from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
 
 def dot_product_attention(
@@ -27,16 +18,19 @@ def dot_product_attention(
     scale=None,
     dropout=None,
     return_scores=False,
-    is_causal=False,
+    causal=False,
+    cache_update_index=0,
     flash_attention=None,
 ):
     """Multi-head scaled dot-product attention.
 
     `softmax(query . key^T * scale + bias)` over the keys, masked, applied to
-    `value`. Logits and softmax are computed in float32. Without dropout and
-    without returned scores this runs `keras.ops.dot_product_attention`, the
-    backend's fused kernel (when `value` has the head size of `query`);
-    otherwise it spells the computation out.
+    `value`. Logits and softmax are computed in float32; a query with no key
+    to attend to gets zeros. Without dropout and returned scores this runs
+    `keras.ops.dot_product_attention`, the backend's fused kernel (when
+    `value` has the head size of `query`); a single query (a decoding step)
+    reads the keys and values in place; everything else runs the package's
+    attention core, `softmax_attention`.
 
     Args:
         query: `[batch, query_length, heads, head_dim]`.
@@ -49,27 +43,31 @@ def dot_product_attention(
         scale: logit scale; defaults to `1 / sqrt(head_dim)`.
         dropout: optional callable applied to the attention probabilities.
         return_scores: whether to return the attention probabilities too.
-        is_causal: whether query `i` may only attend to keys `<= i` (on top of
-            `mask`); the fused kernels apply it without a mask tensor.
+        causal: whether query `i` may only attend to keys at positions
+            `<= cache_update_index + i` (on top of `mask`).
+        cache_update_index: absolute position of query row 0 for `causal`.
         flash_attention: passed to `keras.ops.dot_product_attention` on the
             fused path (`None` lets the backend choose).
 
     Returns:
         `(output, scores)`: output `[batch, query_length, heads, value_dim]` in
         the dtype of `value`; scores `[batch, heads, query_length, key_length]`
-        or `None` when not requested. A query with no key to attend gets
-        zeros.
+        in the dtype of `value`, or `None` when not requested.
     """
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     if mask is not None:
         mask = as_attention_mask(mask, "mask")
+    # The fused kernels apply a causal mask without a mask tensor, but only
+    # one aligned at position 0.
+    kernel_causal = causal and _is_zero(cache_update_index)
+    if causal and not kernel_causal:
+        offset_causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], cache_update_index)
+        mask = merge_masks(mask, offset_causal[None, None])
     if query.shape[1] == 1 and dropout is None and not return_scores:
-        return _single_query_attention(query, key, value, bias, mask, scale, is_causal), None
-    fused = dropout is None and not return_scores
+        return _single_query_attention(query, key, value, bias, mask, scale, kernel_causal), None
     # The fused kernels (JAX's among them) need one head size for all three.
-    fused = fused and value.shape[-1] == query.shape[-1]
-    if fused:
+    if dropout is None and not return_scores and value.shape[-1] == query.shape[-1]:
         output = ops.dot_product_attention(
             query,
             key,
@@ -77,24 +75,30 @@ def dot_product_attention(
             bias=bias,
             mask=mask,
             scale=scale,
-            is_causal=is_causal,
+            is_causal=kernel_causal,
             flash_attention=flash_attention,
         )
         if mask is not None:
-            if is_causal:
+            if kernel_causal:
                 mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
             output = _zero_rows_without_keys(output, mask)
         return output, None
 
-    if is_causal:
+    if kernel_causal:
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
-    logits = attention_logits(query, key, scale)
-    if bias is not None:
-        logits = logits + ops.cast(bias, "float32")
-    scores = ops.cast(masked_softmax(logits, mask), value.dtype)
-    weights = dropout(scores) if dropout is not None else scores
-    output = ops.einsum("bnts,bsnh->btnh", weights, value)
-    return output, (scores if return_scores else None)
+    query, key, value = (ops.transpose(x, (0, 2, 1, 3)) for x in (query, key, value))
+    query = query * ops.cast(scale, query.dtype)
+    if not return_scores:
+        output = softmax_attention(query, key, value, bias, mask=mask, dropout=dropout)
+        return ops.transpose(output, (0, 2, 1, 3)), None
+    scores = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)
+    weights = scores if dropout is None else dropout(scores)
+    output = ops.einsum("bnts,bnsh->btnh", weights, value)
+    return output, scores
+
+
+def _is_zero(index):
+    return isinstance(index, int) and index == 0
 
 
 def _zero_rows_without_keys(output, mask):
@@ -103,14 +107,15 @@ def _zero_rows_without_keys(output, mask):
     return output * ops.cast(has_key, output.dtype)
 
 
-def _single_query_attention(query, key, value, bias, mask, scale, is_causal):
+def _single_query_attention(query, key, value, bias, mask, scale, causal):
     """One query position (a decoding step): broadcast products and sums read
-    the keys and values once, where an einsum would first transpose them."""
+    the keys and values once, where the core's einsums would first transpose
+    them."""
     logits = ops.sum(key * (query * ops.cast(scale, query.dtype)), axis=-1)  # [b, s, n]
     logits = ops.transpose(ops.cast(logits, "float32"), (0, 2, 1))[:, :, None, :]
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")
-    if is_causal:
+    if causal:
         mask = merge_masks(mask, causal_mask(1, ops.shape(key)[1]))
     weights = ops.cast(masked_softmax(logits, mask), value.dtype)  # [b, n, 1, s]
     weights = ops.transpose(weights[:, :, 0, :], (0, 2, 1))[..., None]  # [b, s, n, 1]

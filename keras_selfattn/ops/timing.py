@@ -25,24 +25,24 @@ def _sin_cos(positions, inverse_timescales):
 
 
 def timing_signal_1d(
-    length, channels, start_index=0, min_timescale=1.0, max_timescale=1.0e4
+    length, channels, cache_update_index=0, min_timescale=1.0, max_timescale=1.0e4
 ):
     """Returns the `[length, channels]` float32 timing signal.
 
-    Row `i` encodes position `start_index + i`; an odd channel count gets one
+    Row `i` encodes position `cache_update_index + i`; an odd channel count gets one
     zero channel at the end.
 
     Args:
         length: number of positions.
         channels: signal width.
-        start_index: position of the first row (a Python int or an integer
+        cache_update_index: position of the first row (a Python int or an integer
             tensor), for decoding one step at a time.
         min_timescale: the shortest timescale.
         max_timescale: the longest timescale.
     """
     num_timescales = channels // 2
     positions = ops.arange(length, dtype="float32") + ops.cast(
-        start_index, "float32"
+        cache_update_index, "float32"
     )
     inverse_timescales = _inverse_timescales(
         num_timescales, min_timescale, max_timescale

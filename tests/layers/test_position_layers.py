@@ -25,9 +25,9 @@ def test_position_embedding_shared_layer_checks(tmp_path):
     run_layer_test(PositionEmbedding, {"sequence_length": 16}, {"inputs": X}, tmp_path)
 
 
-def test_sinusoidal_values_and_start_index():
+def test_sinusoidal_values_and_cache_update_index():
     layer = SinusoidalPositionEncoding()
-    signal = ops.convert_to_numpy(layer(X, start_index=3))
+    signal = ops.convert_to_numpy(layer(X, cache_update_index=3))
     np.testing.assert_allclose(signal[1], plain_timing_signal(range(3, 9), 10), atol=1e-6)
 
 
@@ -38,22 +38,22 @@ def test_sinusoidal_nd_matches_per_axis_signals():
     np.testing.assert_allclose(signal[2, 4, 4:], plain_timing_signal([4], 4)[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("start_index", [2047, 4000, 8180])
-def test_mixed_float16_stays_correct_far_out(start_index):
+@pytest.mark.parametrize("cache_update_index", [2047, 4000, 8180])
+def test_mixed_float16_stays_correct_far_out(cache_update_index):
     layer = SinusoidalPositionEncoding(dtype="mixed_float16")
-    signal = layer(np.zeros((1, 12, 64), "float16"), start_index=start_index)
+    signal = layer(np.zeros((1, 12, 64), "float16"), cache_update_index=cache_update_index)
     assert keras.backend.standardize_dtype(signal.dtype) == "float16"
-    expected = plain_timing_signal(range(start_index, start_index + 12), 64)
+    expected = plain_timing_signal(range(cache_update_index, cache_update_index + 12), 64)
     # Exact up to float16 rounding of values in [-1, 1]; position arithmetic
     # in float16 would be off by whole radians here.
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(signal, "float32"))[0], expected, atol=2e-3)
 
 
-def test_position_embedding_start_index_reads_later_rows():
+def test_position_embedding_cache_update_index_reads_later_rows():
     layer = PositionEmbedding(sequence_length=8192, dtype="mixed_float16")
     x = np.zeros((1, 4, 6), "float32")
     layer(x)
-    rows = ops.convert_to_numpy(ops.cast(layer(x, start_index=8188), "float32"))[0]
+    rows = ops.convert_to_numpy(ops.cast(layer(x, cache_update_index=8188), "float32"))[0]
     table = ops.convert_to_numpy(layer.position_embeddings)
     np.testing.assert_allclose(rows, table[8188:8192], atol=1e-3)
 

@@ -90,12 +90,12 @@ def test_fully_masked_rows_give_zeros_in_half_precision(qkv, dtype, return_score
 
 
 @pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
-def test_is_causal_equals_an_explicit_lower_triangle(qkv, return_scores):
+def test_causal_equals_an_explicit_lower_triangle(qkv, return_scores):
     query, key, value = qkv
     padding = np.ones((2, 4, 6), bool)
     padding[0, :, 0] = False
     output, _ = dot_product_attention(
-        query, key, value, mask=padding, is_causal=True, return_scores=return_scores
+        query, key, value, mask=padding, causal=True, return_scores=return_scores
     )
     lower = np.tril(np.ones((4, 6), bool))
     expected = naive_attention(query, key, value, mask=(padding & lower)[:, None])
@@ -117,3 +117,15 @@ def test_single_query_matches_naive_reference(qkv, dtype):
     tolerance = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(output, "float32")), expected, atol=tolerance)
     np.testing.assert_array_equal(ops.convert_to_numpy(output)[1], 0.0)
+
+
+@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
+def test_causal_counts_from_the_cache_update_index(qkv, return_scores):
+    query, key, value = qkv
+    output, _ = dot_product_attention(
+        query, key, value, causal=True, cache_update_index=2, return_scores=return_scores
+    )
+    # Query row i stands at position 2 + i and sees keys 0 .. 2 + i.
+    offset_lower = np.arange(6)[None, :] <= np.arange(4)[:, None] + 2
+    expected = naive_attention(query, key, value, mask=offset_lower[None, None])
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)

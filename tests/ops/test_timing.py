@@ -8,12 +8,12 @@ from keras_selfattn.ops import timing_signal_1d, timing_signal_nd
 
 
 @pytest.mark.parametrize("channels", [2, 7, 16, 64])
-@pytest.mark.parametrize("start_index", [0, 5, 8000])
-def test_1d_signal_matches_plain_formula(channels, start_index):
-    signal = ops.convert_to_numpy(timing_signal_1d(12, channels, start_index=start_index))
-    expected = plain_timing_signal(range(start_index, start_index + 12), channels)
+@pytest.mark.parametrize("cache_update_index", [0, 5, 8000])
+def test_1d_signal_matches_plain_formula(channels, cache_update_index):
+    signal = ops.convert_to_numpy(timing_signal_1d(12, channels, cache_update_index=cache_update_index))
+    expected = plain_timing_signal(range(cache_update_index, cache_update_index + 12), channels)
     assert signal.dtype == np.float32
-    np.testing.assert_allclose(signal, expected, atol=2e-3 if start_index else 1e-6)
+    np.testing.assert_allclose(signal, expected, atol=2e-3 if cache_update_index else 1e-6)
 
 
 def test_1d_signal_golden_values():
