@@ -1,6 +1,6 @@
 """Pure tensor functions behind the layers; `keras.ops` only."""
 
-from keras_selfattn.ops.attention import attention_logits, dot_product_attention
+from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.blocking_1d import (
     block_attention,
     causal_window_mask,
