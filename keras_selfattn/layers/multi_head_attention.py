@@ -95,9 +95,15 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            if len(shape) < 3:
+                raise ValueError(
+                    f"`{name}` must have rank 3 or more, `[batch, ..., features]`. "
+                    f"Received: {name}.shape={tuple(shape)}"
+                )
             if shape[-1] is None:
                 raise ValueError(
                     f"The last dimension of `{name}` must be defined. "
@@ -108,7 +114,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -121,50 +127,55 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         training=None,
         use_causal_mask=False,
     ):
-        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
-        self._check_features(query=query, value=value, key=key)
-        if cache is not None or attention_bias is not None or use_causal_mask:
+        use_causal_mask = self._resolve_use_causal_mask(use_causal_mask)
+        if value is None:
+            value, value_mask = query, _self_attention_key_mask(query_mask, value_mask, cache)
+        self._check_inputs(query, value, value if key is None else key, attention_mask, attention_bias)
+        if cache is not None or attention_bias is not None:
             self._check_sequence_attention(query)
+        if use_causal_mask:
+            self._check_causal_axes()
+        if not self._is_sequence_attention(query):
+            # Extra or several attention axes: Keras's own computation.
+            return super().call(
+                query, value, key, query_mask, value_mask, key_mask, attention_mask,
+                return_attention_scores, training, use_causal_mask,
+            )
+        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
 
-        gate = self._gate_dense(query) if self._use_gate else None
-        projected_query = self._query_dense(query)
+        gate = self.gate_dense(query) if self.use_gate else None
+        projected_query = self.query_dense(query)
         if cache is None:
-            projected_key, projected_value = self._key_dense(key), self._value_dense(value)
+            projected_key, projected_value = self.key_dense(key), self.value_dense(value)
         else:
             self._check_cache(cache, query, cache_update_index)
             projected_key, projected_value, cache = self._read_and_update_cache(
                 cache, key, value, cache_update_index
             )
-        # Without a cache offset the plain kernel applies the causal mask
-        # itself, with no [query, key] mask tensor.
-        causal_by_kernel = (
-            use_causal_mask
-            and cache_update_index is None
-            and type(self)._compute_attention is MultiHeadAttention._compute_attention
-        )
         mask = self._attention_mask(
             projected_query,
             projected_key,
             query_mask=query_mask,
             key_mask=key_mask,
             attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask and not causal_by_kernel,
-            query_offset=0 if cache_update_index is None else cache_update_index,
+            cache_update_index=cache_update_index,
         )
-        output, scores = self._compute_attention(
+        output, scores = self._compute_attention_with_context(
             projected_query,
             projected_key,
             projected_value,
             attention_mask=mask,
-            training=training,
-            return_attention_scores=return_attention_scores,
             attention_bias=attention_bias,
             cache_update_index=cache_update_index,
             use_causal_mask=use_causal_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
         )
         if gate is not None:
             output = ops.multiply(output, gate)
-        output = self._output_dense(output)
+        output = self.output_dense(output)
+        if query_mask is not None:
+            set_keras_mask(output, query_mask)
 
         results = (output,)
         if return_attention_scores:
@@ -172,6 +183,71 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
+
+    def _resolve_use_causal_mask(self, use_causal_mask):
+        """The call's `use_causal_mask` as a bool; subclasses whose weights
+        fix causality give their default for `None` and reject the other."""
+        return bool(use_causal_mask)
+
+    def _compute_attention_with_context(
+        self,
+        query,
+        key,
+        value,
+        *,
+        attention_mask,
+        attention_bias,
+        cache_update_index,
+        use_causal_mask,
+        training,
+        return_attention_scores,
+    ):
+        """Attention over projected `[batch, length, heads, dim]` tensors.
+
+        The hook subclasses of this package override to change how logits
+        are formed. `attention_mask` holds the padding and explicit masks but
+        not the causal one: `use_causal_mask` asks for it, and query row `i`
+        stands at absolute position `cache_update_index + i` (`None`: 0).
+        A user's subclass that overrides Keras's documented hook
+        `_compute_attention` instead gets every mask merged into
+        `attention_mask`, as Keras passes it.
+        """
+        if type(self)._compute_attention is not MultiHeadAttention._compute_attention:
+            return self._call_overridden_compute_attention(
+                query, key, value, attention_mask, attention_bias,
+                cache_update_index, use_causal_mask, training, return_attention_scores,
+            )
+        return dot_product_attention(
+            query,
+            key,
+            value,
+            bias=attention_bias,
+            mask=attention_mask,
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
+            return_scores=return_attention_scores,
+            causal=use_causal_mask,
+            cache_update_index=0 if cache_update_index is None else cache_update_index,
+            flash_attention=self.flash_attention,
+        )
+
+    def _call_overridden_compute_attention(
+        self, query, key, value, attention_mask, attention_bias,
+        cache_update_index, use_causal_mask, training, return_attention_scores,
+    ):
+        if attention_bias is not None:
+            raise ValueError(
+                f"{type(self).__name__} overrides `_compute_attention`, which has no "
+                "`attention_bias` argument; pass the bias through its mask or "
+                "override `_compute_attention_with_context`."
+            )
+        if use_causal_mask:
+            offset = 0 if cache_update_index is None else cache_update_index
+            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
+            attention_mask = merge_masks(attention_mask, causal[None, None])
+        return self._compute_attention(
+            query, key, value, attention_mask, training, return_attention_scores
+        )
 
     def _compute_attention(
         self,
@@ -181,36 +257,34 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         attention_mask=None,
         training=None,
         return_attention_scores=False,
-        attention_bias=None,
-        cache_update_index=None,
         use_causal_mask=False,
     ):
-        """Attention over projected `[batch, length, heads, dim]` tensors.
-
-        For subclasses, `attention_mask` holds every mask, the causal one
-        included. Subclasses override this to change how logits are formed;
-        they get `cache_update_index` (the absolute position of query row 0,
-        `None` without a cache) and `use_causal_mask` for that.
-        """
+        """Keras's hook, with Keras's signature: attention over projected
+        tensors, `attention_mask` holding every mask."""
         if len(query.shape) != 4:
             return super()._compute_attention(
                 query, key, value, attention_mask, training, return_attention_scores
             )
-        dropout = None
-        if training and self._dropout > 0.0:
-            dropout = lambda scores: self._dropout_layer(scores, training=training)  # noqa: E731
         return dot_product_attention(
             query,
             key,
             value,
-            bias=attention_bias,
             mask=attention_mask,
-            scale=self._inverse_sqrt_key_dim,
-            dropout=dropout,
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
             return_scores=return_attention_scores,
-            is_causal=use_causal_mask and cache_update_index is None,
-            flash_attention=self._flash_attention,
+            causal=use_causal_mask,
+            flash_attention=self.flash_attention,
         )
+
+    def _attention_dropout(self, training):
+        """Dropout on the attention probabilities, or `None` when inactive."""
+        if not training or self.dropout <= 0.0:
+            return None
+        return lambda scores: self.dropout_layer(scores, training=training)
+
+    def _is_sequence_attention(self, query):
+        return len(query.shape) == 3 and tuple(self.attention_axes) == (1,)
 
     def _key_and_key_mask(self, query, value, key, value_mask, key_mask):
         """`key` (defaulting to `value`) and the padding mask of the keys.
@@ -233,20 +307,10 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         query_mask=None,
         key_mask=None,
         attention_mask=None,
-        use_causal_mask=False,
-        query_offset=0,
+        cache_update_index=None,
     ):
-        """The boolean mask for projected `query` and `key`, or `None`."""
-        if len(query.shape) != 4:
-            return self._compute_attention_mask(
-                query,
-                key,
-                query_mask=query_mask,
-                value_mask=key_mask,
-                attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask,
-            )
-        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        """The padding, explicit and band masks for projected `query` and
+        `key`, broadcastable to `[batch, heads, query, key]`, or `None`."""
         if key_mask is not None and key_mask.shape[-1] not in (None, key.shape[1]):
             raise ValueError(
                 "The padding masks of `value` and `key` must cover every key "
@@ -257,58 +321,90 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         masks = [padding_attention_mask(query_mask, key_mask)]
         if attention_mask is not None:
             masks.append(as_attention_mask(attention_mask, "attention_mask"))
-        if use_causal_mask:
-            masks.append(causal_mask(query_length, key_length, query_offset))
-        if self._sliding_window is not None:
-            masks.append(self._band_mask(query_length, key_length, query_offset))
+        if self.sliding_window is not None:
+            offset = 0 if cache_update_index is None else cache_update_index
+            band = self._band_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
+            masks.append(band[None, None])
         return merge_masks(*masks)
 
-    def _band_mask(self, query_length, key_length, query_offset):
+    def _band_mask(self, query_length, key_length, cache_update_index):
         query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-            query_offset, "int32"
+            cache_update_index, "int32"
         )
         distance = query_positions[:, None] - ops.arange(key_length, dtype="int32")[None, :]
-        return ops.less(ops.abs(distance), self._sliding_window)
+        return ops.less(ops.abs(distance), self.sliding_window)
 
     def _read_and_update_cache(self, cache, key, value, cache_update_index):
         if cache_update_index is not None:
             # One write into the stacked cache: a decoding step copies the
             # cache once, not once per half and again to restack them.
-            update = ops.stack([self._key_dense(key), self._value_dense(value)], axis=1)
+            update = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
             cache = ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], update)
         return cache[:, 0, ...], cache[:, 1, ...], cache
 
+    def _check_inputs(self, query, value, key, attention_mask=None, attention_bias=None):
+        """Feature sizes, batch sizes and the shapes of the mask and bias."""
+        self._check_features(query=query, value=value, key=key)
+        for name, tensor in (("value", value), ("key", key)):
+            if None not in (query.shape[0], tensor.shape[0]) and tensor.shape[0] != query.shape[0]:
+                raise ValueError(
+                    f"`{name}` must have the batch size of `query` ({query.shape[0]}). "
+                    f"Received: {name}.shape={tuple(tensor.shape)}"
+                )
+        if not self._is_sequence_attention(query):
+            return
+        logits_shape = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+        if attention_mask is not None:
+            _check_broadcastable("attention_mask", attention_mask.shape, logits_shape, (2, 3, 4))
+        if attention_bias is not None:
+            _check_broadcastable("attention_bias", attention_bias.shape, logits_shape, (1, 2, 3, 4))
+
     def _check_features(self, **inputs):
         dense_layers = {
-            "query": self._query_dense,
-            "value": self._value_dense,
-            "key": self._key_dense,
+            "query": self.query_dense,
+            "value": self.value_dense,
+            "key": self.key_dense,
         }
         for name, tensor in inputs.items():
             expected = dense_layers[name].kernel.shape[0]
-            if tensor.shape[-1] != expected:
+            if len(tensor.shape) < 3 or tensor.shape[-1] != expected:
                 raise ValueError(
-                    f"`{name}` must have {expected} features, as when the layer "
-                    f"was built. Received: {name}.shape={tuple(tensor.shape)}"
+                    f"`{name}` must have shape `[batch, ..., {expected}]`, with the "
+                    f"{expected} features the layer was built with. "
+                    f"Received: {name}.shape={tuple(tensor.shape)}"
                 )
 
     def _check_sequence_attention(self, query):
-        if len(query.shape) != 3 or self._attention_axes != (1,):
+        if not self._is_sequence_attention(query):
             raise ValueError(
-                "`cache`, `attention_bias` and `use_causal_mask` need sequence inputs "
+                "`cache` and `attention_bias` need sequence inputs "
                 "`[batch, length, features]` with the default `attention_axes`. "
                 f"Received: query.shape={tuple(query.shape)}, "
-                f"attention_axes={self._attention_axes}"
+                f"attention_axes={self.attention_axes}"
+            )
+
+    def _check_causal_axes(self):
+        if len(self.attention_axes) != 1:
+            raise ValueError(
+                "`use_causal_mask` needs a single attention axis. Received: "
+                f"attention_axes={self.attention_axes}"
             )
 
     def _check_cache(self, cache, query, cache_update_index):
-        if self._value_dim != self._key_dim:
+        """The cache's shape and dtype, and that the new positions fit.
+
+        An index known without running a graph is checked here, on every
+        backend. A traced index (inside `tf.function`, `jax.jit`) cannot be:
+        TensorFlow then fails at run time and JAX clamps the write into the
+        cache, so keep traced indices in `[0, max_length - query_length]`.
+        """
+        if self.value_dim != self.key_dim:
             raise ValueError(
                 "A cache needs `value_dim == key_dim`. Received: "
-                f"key_dim={self._key_dim}, value_dim={self._value_dim}"
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
             )
         shape = tuple(cache.shape)
-        expected = (query.shape[0], 2, None, self._num_heads, self._key_dim)
+        expected = (query.shape[0], 2, None, self.num_heads, self.key_dim)
         if len(shape) != 5 or any(
             want is not None and got is not None and got != want
             for got, want in zip(shape, expected)
@@ -336,7 +432,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     def compute_output_spec(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -347,18 +443,42 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
-        use_causal_mask=False,
+        use_causal_mask=None,
     ):
+        value = query if value is None else value
         key_shape = None if key is None else key.shape
         output_shape = self.compute_output_shape(query.shape, value.shape, key_shape)
         results = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         key_length = value.shape[1] if cache is None else cache.shape[2]
         if return_attention_scores:
-            scores_shape = (query.shape[0], self._num_heads, query.shape[1], key_length)
+            scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
             results += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
         return results[0] if len(results) == 1 else results
+
+
+def _self_attention_key_mask(query_mask, value_mask, cache):
+    """Without a `value`, the query's padding masks the keys too, except in a
+    cached step, whose keys are read from the cache."""
+    if value_mask is not None or cache is not None:
+        return value_mask
+    return query_mask
+
+
+def _check_broadcastable(name, shape, target, ranks):
+    """`ValueError` unless a tensor of `shape` broadcasts to `target`
+    `[batch, heads, query, key]` (sizes not known yet pass)."""
+    aligned = tuple(shape)
+    fits = len(aligned) in ranks and all(
+        size in (None, 1) or want is None or size == want
+        for size, want in zip(reversed(aligned), reversed(target))
+    )
+    if not fits:
+        raise ValueError(
+            f"`{name}` must broadcast to `[batch, heads, query, key]` = {target} "
+            f"(rank {' or '.join(map(str, ranks))}). Received: {name}.shape={aligned}"
+        )
 
 
 def _static_int(value):

@@ -5,6 +5,7 @@ from keras import ops
 from layer_testing import jit, run_layer_test
 from references import naive_multi_head_attention
 
+from keras_selfattn.compat import get_keras_mask
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 
 RNG = np.random.default_rng(7)
@@ -72,7 +73,7 @@ class TestParityWithKeras:
         theirs.set_weights(ours.get_weights())
         np.testing.assert_allclose(ours(x, x), theirs(x, x), atol=1e-5)
         # Keras fails deep inside its softmax here; ours says why.
-        with pytest.raises(ValueError, match="`use_causal_mask` need sequence inputs"):
+        with pytest.raises(ValueError, match="`use_causal_mask` needs a single attention axis"):
             ours(x, x, use_causal_mask=True)
 
     def test_keras_mask_of_embedded_tokens(self):
@@ -227,7 +228,93 @@ class TestCache:
         assert tuple(new_cache.shape) == (None, 2, self.LENGTH, self.NUM_HEADS, self.KEY_DIM)
 
 
+class TestDropIn:
+    def test_causal_mask_with_an_extra_non_attention_axis(self):
+        kwargs = dict(num_heads=2, key_dim=4, attention_axes=1, name="attention")
+        ours, theirs = MultiHeadAttention(**kwargs), keras.layers.MultiHeadAttention(**kwargs)
+        x = _random(1, 5, 3, 8)
+        ours(x, x)
+        theirs(x, x)
+        theirs.set_weights(ours.get_weights())
+        expected = theirs(x, x, use_causal_mask=True)
+        np.testing.assert_allclose(ours(x, x, use_causal_mask=True), expected, atol=1e-5)
+        # Row 0 of the attention axis sees only itself: changing later rows
+        # leaves it alone.
+        changed = x.copy()
+        changed[:, 1:] += 1.0
+        np.testing.assert_allclose(
+            ours(changed, changed, use_causal_mask=True)[:, 0], expected[:, 0], atol=1e-5
+        )
+
+    def test_subclass_overriding_the_keras_hook_gets_every_mask(self):
+        calls = []
+
+        class Recording(MultiHeadAttention):
+            def _compute_attention(
+                self, query, key, value, attention_mask=None, training=None,
+                return_attention_scores=False,
+            ):
+                calls.append(attention_mask)
+                return super()._compute_attention(
+                    query, key, value, attention_mask, training, return_attention_scores
+                )
+
+        reference = MultiHeadAttention(num_heads=2, key_dim=4)
+        layer = Recording(num_heads=2, key_dim=4)
+        x = _random(2, 5, 8)
+        expected = reference(x, use_causal_mask=True)
+        layer(x)
+        layer.set_weights(reference.get_weights())
+        np.testing.assert_allclose(layer(x, use_causal_mask=True), expected, atol=1e-5)
+        assert calls[-1] is not None  # the causal mask, merged in
+        cache = np.zeros((2, 2, 5, 2, 4), "float32")
+        for t in range(5):
+            step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t, use_causal_mask=True)
+            np.testing.assert_allclose(step[:, 0], expected[:, t], atol=1e-5)
+        with pytest.raises(ValueError, match="overrides `_compute_attention`"):
+            layer(x, attention_bias=np.zeros((1, 1, 5, 5), "float32"))
+
+    def test_value_defaults_to_query_and_its_padding_masks_the_keys(self):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        x = _random(2, 5, 8)
+        np.testing.assert_allclose(layer(x), layer(x, x), atol=1e-6)
+        padding = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+        np.testing.assert_allclose(
+            layer(x, query_mask=padding),
+            layer(x, x, query_mask=padding, value_mask=padding),
+            atol=1e-6,
+        )
+
+    def test_output_carries_the_query_keras_mask(self):
+        embedding = keras.layers.Embedding(20, 8, mask_zero=True)
+        ids = np.array([[3, 4, 0], [1, 2, 3]])
+        output = MultiHeadAttention(num_heads=2, key_dim=4)(embedding(ids))
+        np.testing.assert_array_equal(ops.convert_to_numpy(get_keras_mask(output)), ids != 0)
+
+
 class TestBadInput:
+    def test_rank_two_query(self):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        with pytest.raises(ValueError, match="`query` must have rank 3 or more"):
+            layer(_random(3, 8), _random(1, 3, 8))
+
+    def test_value_batch_differs_from_query(self):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        with pytest.raises(ValueError, match="`value` must have the batch size of `query` \\(2\\)"):
+            layer(_random(2, 3, 8), _random(3, 4, 8))
+
+    @pytest.mark.parametrize("argument,shape", [
+        ("attention_mask", (2, 3, 5)),
+        ("attention_mask", (2, 3, 4, 4)),
+        ("attention_bias", (3, 1, 4)),
+        ("attention_bias", (2, 3, 4, 4)),
+    ])
+    def test_mask_or_bias_that_does_not_broadcast(self, argument, shape):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        tensor = np.ones(shape, bool) if argument == "attention_mask" else np.zeros(shape, "float32")
+        with pytest.raises(ValueError, match=f"`{argument}` must broadcast to"):
+            layer(_random(2, 3, 8), _random(2, 4, 8), **{argument: tensor})
+
     @pytest.mark.parametrize("kwargs,argument", [
         (dict(num_heads=0, key_dim=4), "num_heads"),
         (dict(num_heads=2, key_dim=-1), "key_dim"),
@@ -239,7 +326,7 @@ class TestBadInput:
     def test_mismatched_feature_sizes(self):
         layer = MultiHeadAttention(num_heads=2, key_dim=4)
         layer(_random(1, 3, 8), _random(1, 3, 8))
-        with pytest.raises(ValueError, match="`query` must have 8 features"):
+        with pytest.raises(ValueError, match=r"`query` must have shape `\[batch, \.\.\., 8\]`"):
             layer(_random(1, 3, 6), _random(1, 3, 8))
 
     def test_key_and_value_lengths_differ(self):
@@ -275,7 +362,7 @@ class TestBadInput:
     def test_mask_of_wrong_rank(self):
         layer = MultiHeadAttention(num_heads=2, key_dim=4)
         x = _random(1, 3, 8)
-        with pytest.raises(ValueError, match="`attention_mask` must have rank"):
+        with pytest.raises(ValueError, match="`attention_mask` must broadcast"):
             layer(x, x, attention_mask=np.ones((3,), bool))
 
 
