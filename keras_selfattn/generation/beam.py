@@ -1,0 +1,101 @@
+"""Beam search over the translation decoder's cached steps (TensorFlow).
+
+tf-models-official's `sequence_beam_search` runs the search; it carries the
+per-beam state as a dict of float tensors `[batch * beam, ...]` whose last
+axis it keeps static. The caches and encoder outputs travel flattened to
+`[batch, features]` and get their static shapes back inside each step, so the
+layers see the same shapes as in greedy decoding.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_selfattn.models.decoding import decoder_logits, initial_caches
+
+
+def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id, sampling):
+    """Best `[batch, max_length]` int32 translations by GNMT-penalised score."""
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "`beam_size` > 1 runs tf-models-official's beam search, which needs the "
+            f"TensorFlow backend. Received: beam_size={beam_size} on the "
+            f"{keras.backend.backend()!r} backend; use beam_size=1 there."
+        )
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (
+        alpha >= 0 and math.isfinite(alpha)
+    ):
+        raise ValueError(f"`alpha` must be a finite number >= 0. Received: alpha={alpha!r}")
+    changed = {
+        name: value
+        for name, value in sampling.items()
+        if value != {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": None}[name]
+    }
+    if changed:
+        raise ValueError(
+            "Beam search is deterministic: with `beam_size` > 1 leave `temperature=0`, "
+            f"`top_k=0`, `top_p=1.0` and `seed=None`. Received: beam_size={beam_size}, {changed}"
+        )
+    import tensorflow as tf
+    from official.nlp.modeling.ops.beam_search import sequence_beam_search
+
+    batch_size = encoder_outputs.shape[0]
+    padded_decode = batch_size is not None  # static shapes, as XLA needs
+    if batch_size is None:
+        batch_size = tf.shape(encoder_outputs)[0]
+    caches = initial_caches(layers, batch_size, max_length)
+    cache_shape = tuple(caches[0].shape[1:])
+    compute_dtype = caches[0].dtype
+    source_length = tf.shape(encoder_outputs)[1]
+    width = encoder_outputs.shape[-1]
+    state = {
+        "caches": [_flat(cache) for cache in caches],
+        "encoder_outputs": _flat(encoder_outputs),
+        "encoder_padding_mask": tf.cast(padding_mask, "float32"),
+    }
+
+    def symbols_to_logits(ids, index, state):
+        caches = [tf.cast(tf.reshape(c, (-1,) + cache_shape), compute_dtype) for c in state["caches"]]
+        encoded = tf.reshape(state["encoder_outputs"], (-1, source_length, width))
+        logits, caches = decoder_logits(
+            layers,
+            ids[:, -1:],
+            caches,
+            index,
+            tf.cast(encoded, compute_dtype),
+            state["encoder_padding_mask"] > 0.5,
+        )
+        return logits[:, -1], dict(state, caches=[_flat(cache) for cache in caches])
+
+    sequences, _ = sequence_beam_search(
+        symbols_to_logits,
+        initial_ids=tf.zeros((batch_size,), "int32"),
+        initial_cache=state,
+        vocab_size=layers["logits"].units,
+        beam_size=beam_size,
+        alpha=float(alpha),
+        max_decode_length=max_length,
+        eos_id=eos_id,
+        padded_decode=padded_decode,
+        dtype="float32",
+    )
+    best = sequences[:, 0, 1:]  # drop the start token
+    best = tf.pad(best, [[0, 0], [0, max_length - tf.shape(best)[1]]])
+    return _pad_after_eos(tf.reshape(best, (-1, max_length)), eos_id)
+
+
+def _flat(tensor):
+    """`[batch, ...]` -> float32 `[batch, features]`, static where the shape is."""
+    import tensorflow as tf
+
+    batch_size = tensor.shape[0] if tensor.shape[0] is not None else tf.shape(tensor)[0]
+    rest = tensor.shape[1:]
+    features = math.prod(rest) if rest.is_fully_defined() else -1
+    return tf.reshape(tf.cast(tensor, "float32"), (batch_size, features))
+
+
+def _pad_after_eos(tokens, eos_id):
+    is_eos = ops.cast(ops.equal(tokens, eos_id), "int32")
+    after_eos = ops.cumsum(is_eos, axis=1) - is_eos > 0
+    return ops.where(after_eos, 0, tokens)

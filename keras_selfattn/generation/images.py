@@ -1,0 +1,192 @@
+"""Image sampling, completion and super-resolution over the cached steps."""
+
+import numpy as np
+from keras import ops
+
+from keras_selfattn.generation.families import ImageModel
+from keras_selfattn.generation.sampling import (
+    check_sampling_arguments,
+    choose_pixels,
+    choose_tokens,
+    resolve_seed,
+)
+from keras_selfattn.models.image_common import position_grid
+from keras_selfattn.models.image_decoding import (
+    generation_order,
+    image_decoder_step,
+    initial_image_caches,
+)
+
+
+def sample_images(
+    model,
+    batch_size=None,
+    *,
+    class_labels=None,
+    low_resolution=None,
+    known_pixels=None,
+    known_rows=0,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+):
+    """Samples images from an Image Transformer, one position per cached step.
+
+    Steps follow the model's generation order: raster order over sub-pixels
+    (categorical head) or pixels (DMOL head), block-raster order for
+    `local_2d` attention. With `known_pixels`, the top `known_rows` rows are
+    fed to the model unchanged and the rest is sampled (image completion).
+    Runs eagerly, under `tf.function` (one trace per input shapes and
+    settings), with `jit_compile=True`, and under `jax.jit`.
+
+    Args:
+        model: an `image_transformer` (categorical or DMOL head, with or
+            without classes) or `image_super_resolution` model.
+        batch_size: how many images; may be omitted when an input below
+            gives it.
+        class_labels: int `[batch]` classes, exactly for class-conditional
+            models.
+        low_resolution: uint8 `[batch, h, w, C]` images, exactly for
+            super-resolution models.
+        known_pixels: uint8 `[batch, H, W, C]` images whose top rows to keep.
+        known_rows: how many top rows of `known_pixels` to keep, in
+            `[1, H]` with `known_pixels`, else 0.
+        temperature: 0 takes the most likely value (DMOL: the most likely
+            component's mean); otherwise the softmax temperature (DMOL: it
+            divides the mixture logits and multiplies the logistic scales).
+        top_k: categorical head only: sample among the `top_k` most likely
+            values; 0 = all.
+        top_p: categorical head only: sample from the nucleus of
+            probability `top_p`; 1.0 = all.
+        seed: an int or int32 scalar tensor; the same seed on the same
+            backend gives the same images. `None` draws one.
+
+    Returns:
+        uint8 `[batch, H, W, C]` images.
+
+    Raises:
+        ValueError: for a model these functions do not support, missing or
+            unexpected class labels or low-resolution images, inputs of the
+            wrong shape, `known_rows` outside the image, or sampling settings
+            out of range.
+
+    Example:
+
+    >>> from keras_selfattn.models import image_transformer
+    >>> model = image_transformer((2, 2, 3), preset="tiny", num_layers=1)
+    >>> sample_images(model, 2, seed=0).shape
+    (2, 2, 2, 3)
+    """
+    image = ImageModel(model)
+    check_sampling_arguments(temperature, top_k, top_p)
+    if image.is_dmol and (top_k != 0 or top_p != 1.0):
+        raise ValueError(
+            "`top_k` and `top_p` filter a categorical head; this model has a DMOL head: "
+            f"leave top_k=0 and top_p=1.0. Received: top_k={top_k}, top_p={top_p}"
+        )
+    inputs = _checked_inputs(image, batch_size, class_labels, low_resolution, known_pixels, known_rows)
+    batch_size = inputs.pop("batch_size")
+    seed = resolve_seed(seed)
+    layers, config, image_shape = image.layers, image.config, image.image_shape
+    condition = encoder_outputs = None
+    if image.conditional:
+        condition = layers["class_embedding"](inputs["class_labels"])
+    if image.low_resolution_shape is not None:
+        encoder_outputs = image.encode_low_resolution(inputs["low_resolution"])
+
+    order = generation_order(image_shape, config)
+    columns = position_grid(image_shape, config["head"])[1]
+    raster_index = order[:, 0] * columns + order[:, 1]  # of each step
+    value_shape = (3,) if image.is_dmol else ()
+    known = None
+    if known_rows:
+        flat = ops.reshape(inputs["known_pixels"], (-1, raster_index.size) + value_shape)
+        known = (ops.convert_to_tensor(order[:, 0] < known_rows), ops.take(flat, raster_index, axis=1))
+
+    def step(index, state):
+        values, previous, caches = state
+        outputs, caches = image_decoder_step(
+            layers, config, image_shape, previous, index, caches, condition, encoder_outputs
+        )
+        if image.is_dmol:
+            chosen = choose_pixels(outputs, seed, index, temperature)
+        else:
+            chosen = choose_tokens(outputs, seed, index, temperature, top_k, top_p)
+        if known is not None:
+            keep, known_values = known
+            chosen = ops.where(ops.take(keep, index), ops.take(known_values, index, axis=1), chosen)
+        return _write_step(values, index, chosen), chosen, caches
+
+    values = ops.zeros((batch_size, raster_index.size) + value_shape, "int32")
+    previous = ops.zeros((batch_size,) + value_shape, "int32")
+    caches = initial_image_caches(layers, batch_size, image_shape, config)
+    values, _, _ = ops.fori_loop(0, raster_index.size, step, (values, previous, caches))
+    raster = ops.take(values, np.argsort(raster_index), axis=1)
+    return ops.cast(ops.reshape(raster, (-1,) + tuple(image_shape)), "uint8")
+
+
+def _checked_inputs(image, batch_size, class_labels, low_resolution, known_pixels, known_rows):
+    """The inputs as int32 tensors and the batch size; ValueError for bad ones."""
+    inputs = {}
+    if image.conditional != (class_labels is not None):
+        raise ValueError(
+            "`class_labels` must be given exactly for a class-conditional model "
+            f"(this one is {'' if image.conditional else 'not '}conditional): int [batch] "
+            f"classes. Received: class_labels={'None' if class_labels is None else 'a tensor'}"
+        )
+    super_resolution = image.low_resolution_shape is not None
+    if super_resolution != (low_resolution is not None):
+        raise ValueError(
+            "`low_resolution` must be given exactly for an image_super_resolution model: "
+            f"uint8 [batch, h, w, C] images. Received: low_resolution="
+            f"{'None' if low_resolution is None else 'a tensor'}"
+        )
+    _check_known_rows(known_rows, known_pixels is not None, image.image_shape[0])
+    expected_shapes = {
+        "class_labels": (class_labels, ()),
+        "low_resolution": (low_resolution, image.low_resolution_shape),
+        "known_pixels": (known_pixels, tuple(image.image_shape)),
+    }
+    batch_sizes = set()
+    for name, (value, shape) in expected_shapes.items():
+        if value is None:
+            continue
+        value = ops.convert_to_tensor(value)
+        if tuple(value.shape[1:]) != tuple(shape):
+            raise ValueError(
+                f"`{name}` must have shape {('batch',) + tuple(shape)}. "
+                f"Received: {name}.shape={tuple(value.shape)}"
+            )
+        inputs[name] = ops.cast(value, "int32")
+        batch_sizes.add(value.shape[0])
+        inputs.setdefault("batch_size", ops.shape(value)[0])
+    static = {size for size in batch_sizes if size is not None}
+    if batch_size is not None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be an integer >= 1. Received: batch_size={batch_size!r}")
+        static.add(batch_size)
+        inputs["batch_size"] = batch_size
+    if len(static) > 1:
+        raise ValueError(
+            f"`batch_size` and the inputs' batch dimensions must agree. Received: {sorted(static)}"
+        )
+    if "batch_size" not in inputs:
+        raise ValueError("`batch_size` is needed when no input gives the batch. Received: batch_size=None")
+    return inputs
+
+
+def _check_known_rows(known_rows, has_known_pixels, height):
+    low, high = (1, height) if has_known_pixels else (0, 0)
+    if isinstance(known_rows, bool) or not isinstance(known_rows, int) or not low <= known_rows <= high:
+        expected = f"in [1, {height}] with `known_pixels`" if has_known_pixels else "0 without `known_pixels`"
+        raise ValueError(f"`known_rows` must be an integer {expected}. Received: known_rows={known_rows!r}")
+
+
+def _write_step(values, index, chosen):
+    """`values` with step `index` set to `chosen` (a select: no XLA-only op)."""
+    steps = ops.arange(values.shape[1], dtype="int32")
+    where = ops.equal(steps, index)[None, :]
+    if len(values.shape) == 3:
+        return ops.where(where[..., None], chosen[:, None, :], values)
+    return ops.where(where, chosen[:, None], values)

@@ -1,0 +1,214 @@
+"""Music continuation and translation over the cached decoder steps."""
+
+import keras
+from keras import ops
+
+from keras_selfattn.generation.families import (
+    decoder_only_layers,
+    maximum_length,
+    translation_layers,
+)
+from keras_selfattn.generation.sampling import (
+    check_sampling_arguments,
+    choose_tokens,
+    resolve_seed,
+)
+from keras_selfattn.models.decoding import decoder_logits, encode, initial_caches
+
+START_ID = 0
+
+
+def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0, top_p=1.0, seed=None):
+    """Continues each primer with `max_new_tokens` tokens of a decoder-only model.
+
+    The primer fills the cache in one call; each new token is then chosen
+    from the logits of one cached step. Runs eagerly, under `tf.function`
+    (one trace per primer shape and settings, whatever the primer's
+    content), with `jit_compile=True`, and under `jax.jit`.
+
+    Args:
+        model: a `music_transformer` model, or any decoder-only model with the
+            layer names of `keras_selfattn.models.decoding`.
+        primer: int `[batch, primer_length]` tokens, `primer_length >= 1`
+            (static).
+        max_new_tokens: how many tokens to add, an int >= 1.
+        temperature: softmax temperature; 0 takes the argmax (greedy).
+        top_k: sample among the `top_k` most likely tokens; 0 = all.
+        top_p: sample from the smallest set of most likely tokens whose
+            probability reaches `top_p` (after top-k); 1.0 = all.
+        seed: an int or int32 scalar tensor; the same seed on the same
+            backend gives the same tokens. `None` draws one.
+
+    Returns:
+        int32 `[batch, primer_length + max_new_tokens]`: the primer, then the
+        new tokens.
+
+    Raises:
+        ValueError: for a model that is not a decoder-only sequence model, a
+            primer that is not `[batch, length >= 1]` or longer than the
+            model's position signal allows, `max_new_tokens < 1` or past that
+            maximum, or sampling settings out of range.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_selfattn.models import music_transformer
+    >>> model = music_transformer(20, preset="tiny", num_layers=1)
+    >>> continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape
+    (1, 5)
+    """
+    layers = decoder_only_layers(model)
+    check_sampling_arguments(temperature, top_k, top_p)
+    primer = _int_tokens("primer", primer)
+    primer_length = primer.shape[1]
+    limit = maximum_length(layers)
+    if limit is not None and primer_length > limit:
+        raise ValueError(
+            f"`primer` is longer than the model's maximum length {limit}. "
+            f"Received: primer.shape={tuple(primer.shape)}"
+        )
+    _check_count("max_new_tokens", max_new_tokens, None if limit is None else limit - primer_length)
+    seed = resolve_seed(seed)
+    batch_size = ops.shape(primer)[0]
+    total_length = primer_length + max_new_tokens
+    tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
+    caches = initial_caches(layers, batch_size, total_length)
+    if primer_length > 1:
+        _, caches = decoder_logits(layers, primer[:, :-1], caches, 0)
+
+    def step(index, state):
+        tokens, caches = state
+        logits, caches = decoder_logits(layers, _column(tokens, index), caches, index)
+        chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)
+        return _write_column(tokens, index + 1, chosen), caches
+
+    tokens, _ = ops.fori_loop(primer_length - 1, total_length - 1, step, (tokens, caches))
+    return tokens
+
+
+def translate_tokens(
+    model,
+    source_tokens,
+    max_length,
+    *,
+    beam_size=1,
+    alpha=0.6,
+    eos_id=1,
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+):
+    """Translates with a `transformer_translation` model: greedy, sampled or beam search.
+
+    Decoding starts from the start token 0 (the targets shifted right with
+    0, as the model was trained) and stops at `eos_id`. `beam_size > 1` runs
+    beam search (TensorFlow backend) keeping the finished translation with the
+    best GNMT score `log P / ((5 + length) / 6) ** alpha`.
+
+    Args:
+        model: a `transformer_translation` model.
+        source_tokens: int `[batch, source_length]`, 0 = padding.
+        max_length: the most target tokens to generate, an int >= 1.
+        beam_size: 1 decodes token by token (greedy or sampled); more runs
+            beam search.
+        alpha: beam search's length penalty exponent, >= 0.
+        eos_id: the end-of-sequence token, in `[1, vocab_size)`.
+        temperature: softmax temperature; 0 takes the argmax (greedy). Beam
+            search takes no sampling settings.
+        top_k: sample among the `top_k` most likely tokens; 0 = all.
+        top_p: sample from the nucleus of probability `top_p`; 1.0 = all.
+        seed: an int or int32 scalar tensor (sampling only).
+
+    Returns:
+        int32 `[batch, max_length]` target tokens without the start token;
+        after `eos_id` only padding 0.
+
+    Raises:
+        ValueError: for a model that is not a translation model, bad source
+            tokens, lengths, beam settings or sampling settings, and for beam
+            search on a backend other than TensorFlow.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_selfattn.models import transformer_translation
+    >>> model = transformer_translation(10, 12, preset="tiny", num_layers=1)
+    >>> translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape
+    (1, 4)
+    """
+    layers = translation_layers(model)
+    check_sampling_arguments(temperature, top_k, top_p)
+    source_tokens = _int_tokens("source_tokens", source_tokens)
+    limit = maximum_length(layers)
+    _check_count("max_length", max_length, limit)
+    vocab_size = layers["logits"].units
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocab_size:
+        raise ValueError(
+            f"`eos_id` must be an integer in [1, {vocab_size}) (0 is padding and the start "
+            f"token). Received: eos_id={eos_id!r}"
+        )
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"`beam_size` must be an integer >= 1. Received: beam_size={beam_size!r}")
+    encoder_outputs, padding_mask = encode(layers, source_tokens)
+    if beam_size > 1:
+        from keras_selfattn.generation.beam import beam_search
+
+        return beam_search(
+            layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
+            sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+        )
+    seed = resolve_seed(seed)
+    batch_size = ops.shape(source_tokens)[0]
+    tokens = ops.full((batch_size, max_length + 1), START_ID, dtype="int32")
+    finished = ops.zeros((batch_size,), dtype="bool")
+    caches = initial_caches(layers, batch_size, max_length)
+
+    def unfinished(index, tokens, finished, caches):
+        return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
+
+    def step(index, tokens, finished, caches):
+        logits, caches = decoder_logits(
+            layers, _column(tokens, index), caches, index, encoder_outputs, padding_mask
+        )
+        chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)
+        chosen = ops.where(finished, 0, chosen)
+        finished = ops.logical_or(finished, ops.equal(chosen, eos_id))
+        return index + 1, _write_column(tokens, index + 1, chosen), finished, caches
+
+    index = ops.convert_to_tensor(0, "int32")
+    _, tokens, _, _ = ops.while_loop(unfinished, step, (index, tokens, finished, caches))
+    return tokens[:, 1:]
+
+
+def _int_tokens(name, tokens):
+    tokens = ops.convert_to_tensor(tokens)
+    dtype = keras.backend.standardize_dtype(tokens.dtype)
+    if len(tokens.shape) != 2 or not tokens.shape[1] or "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must be integer tokens `[batch, length]` with a static length >= 1. "
+            f"Received: {name}.shape={tuple(tokens.shape)}, dtype={dtype}"
+        )
+    return ops.cast(tokens, "int32")
+
+
+def _check_count(name, value, limit):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
+    if limit is not None and value > limit:
+        raise ValueError(
+            f"`{name}` must be <= {limit}, the most the model's maximum length allows. "
+            f"Received: {name}={value}"
+        )
+
+
+def _column(tokens, index):
+    """`tokens[:, index:index + 1]` for a tensor `index`."""
+    return ops.expand_dims(ops.take(tokens, index, axis=1), 1)
+
+
+def _write_column(tokens, index, values):
+    """`tokens` with column `index` replaced by `values` (a select, not a
+    dynamic update slice: no XLA op in graphs that run without XLA)."""
+    positions = ops.arange(tokens.shape[1], dtype="int32")
+    return ops.where(ops.equal(positions, index)[None, :], values[:, None], tokens)
