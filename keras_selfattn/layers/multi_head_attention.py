@@ -31,8 +31,16 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
       masked row) returns zeros where the Keras layer averages all values.
 
     Shapes: `query` `[batch, query_length, query_dim]`, `value` and `key`
-    `[batch, key_length, value_dim]`. Inputs with more than one attention
-    axis (`attention_axes`) are computed as in Keras and take no cache or bias.
+    `[batch, key_length, value_dim]`. Inputs with other attention axes
+    (`attention_axes`) or extra non-attention axes are computed as in Keras
+    and take no cache or bias.
+
+    Subclassing: Keras's documented hook `_compute_attention(query, key,
+    value, attention_mask, training, return_attention_scores)` may be
+    overridden as in Keras; it then receives every mask, the (offset-aware)
+    causal one included. The layers of this package override
+    `_compute_attention_with_context` instead, which also receives
+    `attention_bias`, `cache_update_index` and `use_causal_mask`.
 
     Args:
         num_heads: number of attention heads.
@@ -53,10 +61,13 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
 
     Call arguments:
         query: `[batch, query_length, query_dim]`.
-        value: `[batch, key_length, value_dim]`.
+        value: optional `[batch, key_length, value_dim]`; defaults to `query`
+            (self-attention), whose padding mask then masks the keys too
+            (except in a cached step, whose keys come from the cache).
         key: optional `[batch, key_length, key_dim]`; defaults to `value`.
         query_mask, value_mask, key_mask: optional `[batch, length]` padding
-            masks; Keras fills them from the inputs' Keras masks.
+            masks; Keras fills them from the inputs' Keras masks. The output
+            carries the query's mask, as in Keras.
         attention_mask: optional boolean mask `[query, key]`,
             `[batch, query, key]` or `[batch, heads, query, key]`,
             `True` = may attend. With a cache the key axis is `max_length`.
@@ -66,6 +77,9 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         cache_update_index: where the projected `key`/`value` of this call are
             written into `cache` (int or scalar tensor). `None` with a cache
             attends to the cache as it is (e.g. precomputed encoder keys).
+            An index past the cache raises `ValueError` when its value is
+            known; a traced index (`tf.function`, `jax.jit`) cannot be
+            checked: TensorFlow then fails at run time and JAX clamps it.
         return_attention_scores: whether to also return the attention
             probabilities `[batch, num_heads, query_length, key_length]`.
         training: whether dropout is active.
@@ -83,10 +97,10 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     >>> import numpy as np
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = np.random.rand(1, 5, 8).astype("float32")
-    >>> full = layer(x, x, use_causal_mask=True)
+    >>> full = layer(x, use_causal_mask=True)
     >>> cache = np.zeros((1, 2, 5, 2, 4), "float32")
     >>> for t in range(5):
-    ...     step, cache = layer(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
+    ...     step, cache = layer(x[:, t:t + 1], cache=cache,
     ...                         cache_update_index=t, use_causal_mask=True)
     >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
     True

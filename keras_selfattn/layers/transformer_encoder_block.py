@@ -88,10 +88,8 @@ class TransformerEncoderBlock(keras.layers.Layer):
 
     def call(self, inputs, padding_mask=None, training=None):
         def attend(x):
-            masks = {} if padding_mask is None else {
-                "query_mask": padding_mask, "value_mask": padding_mask
-            }
-            return self.self_attention(x, x, training=training, **masks)
+            # Without a `value`, the query's padding masks the keys too.
+            return self.self_attention(x, query_mask=padding_mask, training=training)
 
         x = self._residual(inputs, attend, self._attention_norm, training)
         return self._residual(
