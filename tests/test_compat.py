@@ -40,15 +40,13 @@ class _Internals(compat.MultiHeadAttentionInternals, keras.layers.MultiHeadAtten
 
 
 def _built_gated_layer(cls=keras.layers.MultiHeadAttention):
-    layer = cls(
-        num_heads=2,
-        key_dim=4,
-        value_dim=3,
-        use_gate=True,
-        dropout=0.25,
-        output_shape=(5,),
-        sliding_window=2,
+    arguments = dict(
+        num_heads=2, key_dim=4, value_dim=3, dropout=0.25, output_shape=(5,), use_gate=True, sliding_window=2
     )
+    try:
+        layer = cls(**arguments)
+    except (TypeError, ValueError) as error:
+        pytest.fail(_changed(f"keras.layers.MultiHeadAttention({arguments}) raises {error}"))
     x = np.ones((1, 3, 6), "float32")
     layer(x, x)
     return layer
