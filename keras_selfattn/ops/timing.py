@@ -39,6 +39,18 @@ def timing_signal_1d(
             tensor), for decoding one step at a time.
         min_timescale: the shortest timescale.
         max_timescale: the longest timescale.
+
+    Example:
+
+    >>> from keras import ops
+    >>> signal = ops.convert_to_numpy(timing_signal_1d(4, 6))
+    >>> signal.shape
+    (4, 6)
+    >>> signal[0]  # position 0: sin 0 then cos 0 for each of the 3 timescales
+    array([0., 0., 0., 1., 1., 1.], dtype=float32)
+    >>> step = ops.convert_to_numpy(timing_signal_1d(1, 6, cache_update_index=3))
+    >>> bool((step[0] == signal[3]).all())
+    True
     """
     num_timescales = channels // 2
     positions = ops.arange(length, dtype="float32") + ops.cast(
@@ -65,6 +77,19 @@ def timing_signal_nd(
         channels: signal width.
         min_timescale: the shortest timescale.
         max_timescale: the longest timescale.
+
+    Example:
+
+    >>> from keras import ops
+    >>> signal = ops.convert_to_numpy(timing_signal_nd((2, 3), 8))
+    >>> signal.shape
+    (2, 3, 8)
+    >>> import numpy as np
+    >>> rows = ops.convert_to_numpy(timing_signal_1d(2, 4))
+    >>> columns = ops.convert_to_numpy(timing_signal_1d(3, 4))
+    >>> # At row 1, column 2: the row's signal, then the column's.
+    >>> bool(np.allclose(signal[1, 2], np.concatenate([rows[1], columns[2]])))
+    True
     """
     num_dims = len(spatial_shape)
     num_timescales = channels // (num_dims * 2)
