@@ -17,10 +17,12 @@ $(VENV)/.installed: setup.py
 demo: install
 	$(PYTHON) recipes/demo.py --output_dir runs/demo
 
-# The whole suite on TensorFlow, then the backend-neutral ops, layers and models on JAX.
+# The whole suite (docstring examples included) on TensorFlow, then the backend-neutral
+# ops, layers and models on JAX, and the ops and layers on PyTorch.
 test: install
 	$(PYTEST) tests
 	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/models
+	KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers
 
 test-fast: install
 	$(PYTEST) tests -m "not slow"

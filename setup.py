@@ -4,18 +4,13 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu"]
-MUSIC = ["note-seq"]
-RECIPES = [
-    "tensorflow-datasets",
-    "tf-models-official==2.20.*",
-    "scikit-learn",
-    "scikit-image",
-    "matplotlib",
-]
-SERVING = ["tensorflow-serving-api==2.20.*"]
+# `keras_selfattn.data.images`: scikit-learn's digits offline, tensorflow-datasets otherwise.
+RECIPES = ["tensorflow-datasets", "scikit-learn"]
+# `keras_selfattn.generation`'s beam search (`beam_size` > 1).
+BEAM = ["tf-models-official==2.20.*"]
 JAX = ["jax"]
-TEST = ["pytest", "numpy", "scikit-learn"]
+# The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
+TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM
 
 setup(
     name="keras-selfattn",
@@ -29,15 +24,13 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["keras_selfattn", "keras_selfattn.*"]),
     python_requires=">=3.10",
-    install_requires=["tensorflow==2.20.*", "keras>=3.10,<4"],
+    install_requires=["tensorflow==2.20.*", "keras>=3.15,<4"],
     extras_require={
-        "text": TEXT,
-        "music": MUSIC,
         "recipes": RECIPES,
-        "serving": SERVING,
+        "beam": BEAM,
         "jax": JAX,
         "test": TEST,
-        "all": TEXT + MUSIC + RECIPES + SERVING + JAX + TEST,
+        "all": RECIPES + BEAM + JAX + TEST,
     },
     classifiers=[
         "Programming Language :: Python :: 3",
