@@ -1,0 +1,137 @@
+"""Tiny models of every family and plain uncached references for the
+generation tests: each reference re-runs the full forward pass and takes the
+argmax, position by position."""
+
+import numpy as np
+
+from keras_selfattn.models import (
+    image_super_resolution,
+    image_transformer,
+    music_transformer,
+    transformer_translation,
+)
+
+SMALL = dict(num_layers=2, hidden_dim=16, num_heads=2, feedforward_dim=32)
+IMAGE_SHAPE = (4, 4, 3)
+LOW_SHAPE = (2, 2, 3)
+
+
+def music_model(attention, vocab_size=20):
+    return music_transformer(
+        vocab_size, preset="tiny", attention=attention, key_dim=8, block_length=4,
+        max_relative_position=8, **SMALL,
+    )
+
+
+def translation_model(position, vocab_size=12):
+    return transformer_translation(14, vocab_size, preset="tiny", position=position, **SMALL)
+
+
+def image_query_shape(head):
+    return (2, 2) if head == "dmol" else (2, 6)
+
+
+def image_model(attention, head="categorical", num_classes=None):
+    return image_transformer(
+        IMAGE_SHAPE, preset="tiny", attention=attention, head=head, num_classes=num_classes,
+        block_length=8, query_shape=image_query_shape(head), memory_flange=(1, 2), num_mixtures=3,
+        **SMALL,
+    )
+
+
+def super_resolution_model():
+    return image_super_resolution(
+        LOW_SHAPE, IMAGE_SHAPE, preset="tiny", block_length=8, query_shape=(2, 6),
+        memory_flange=(1, 2), num_encoder_layers=1, **SMALL,
+    )
+
+
+def sharpen(model, factor=6.0):
+    """Scales the output layer so that the logits are far from uniform."""
+    kernel = model.get_layer("logits").kernel
+    kernel.assign(kernel.numpy() * factor)
+    return model
+
+
+def greedy_music(model, primer, max_new_tokens):
+    tokens = np.asarray(primer)
+    for _ in range(max_new_tokens):
+        logits = np.asarray(model(tokens))
+        tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
+    return tokens
+
+
+def greedy_translation(model, source, max_length, eos_id=1):
+    batch = len(source)
+    target = np.zeros((batch, 1), "int32")  # the start token 0
+    finished = np.zeros(batch, bool)
+    for _ in range(max_length):
+        logits = np.asarray(model({"source_tokens": source, "target_tokens": target}))
+        chosen = np.where(finished, 0, logits[:, -1].argmax(-1))
+        finished |= chosen == eos_id
+        target = np.concatenate([target, chosen[:, None]], axis=1)
+    return target[:, 1:]
+
+
+def translation_score(model, source, translations, alpha, eos_id=1):
+    """GNMT score of each translation: log P over its tokens up to and
+    including EOS, divided by ((5 + length) / 6) ** alpha."""
+    target = np.concatenate([np.zeros((len(source), 1), "int32"), translations[:, :-1]], axis=1)
+    logits = np.asarray(model({"source_tokens": source, "target_tokens": target}), "float64")
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    scores = []
+    for row, tokens in enumerate(translations):
+        ends = np.flatnonzero(tokens == eos_id)
+        length = ends[0] + 1 if len(ends) else len(tokens)
+        total = sum(log_probs[row, t, tokens[t]] for t in range(length))
+        scores.append(total / ((5.0 + length) / 6.0) ** alpha)
+    return np.array(scores)
+
+
+def generation_order(attention, head):
+    """`(row, column)` of the position grid (columns are sub-pixels for the
+    categorical head) in the order the model generates them."""
+    height, width, channels = IMAGE_SHAPE
+    columns = width * channels if head == "categorical" else width
+    grid = [(row, column) for row in range(height) for column in range(columns)]
+    if attention == "local_2d":
+        block_rows, block_columns = image_query_shape(head)
+        grid.sort(
+            key=lambda p: (p[0] // block_rows, p[1] // block_columns, p[0] % block_rows, p[1] % block_columns)
+        )
+    return grid
+
+
+def dmol_mode(params):
+    """The most likely component's means, earlier channels rounded first."""
+    k = len(params) // 10
+    logits, locs, log_scales, coeffs = np.split(np.asarray(params, "float64"), [k, 4 * k, 7 * k])
+    best = logits.argmax()
+    loc, coeff = locs.reshape(k, 3)[best], np.tanh(coeffs.reshape(k, 3)[best])
+
+    def to_pixel(value):
+        return int(np.clip(np.round((value + 1.0) * 127.5), 0, 255))
+
+    red = to_pixel(loc[0])
+    green = to_pixel(loc[1] + coeff[0] * (red / 127.5 - 1))
+    blue = to_pixel(loc[2] + coeff[1] * (red / 127.5 - 1) + coeff[2] * (green / 127.5 - 1))
+    return [red, green, blue]
+
+
+def greedy_image(model, attention, head, batch, extra_inputs=None, known_pixels=None, known_rows=0):
+    """Fills the image position by position with the uncached forward pass."""
+    channels = IMAGE_SHAPE[-1]
+    canvas = np.zeros((batch,) + IMAGE_SHAPE, "int32")
+    if known_pixels is not None:
+        canvas[:, :known_rows] = known_pixels[:, :known_rows]
+    for row, column in generation_order(attention, head):
+        if row < known_rows:
+            continue
+        outputs = np.asarray(model({"pixels": canvas, **(extra_inputs or {})}))
+        for b in range(batch):
+            if head == "dmol":
+                canvas[b, row, column] = dmol_mode(outputs[b, row, column])
+            else:
+                pixel, channel = column // channels, column % channels
+                canvas[b, row, pixel, channel] = outputs[b, row, pixel, channel].argmax()
+    return canvas

@@ -1,0 +1,106 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.generation import continue_sequence, translate_tokens
+from tests.generation.generation_models import (
+    greedy_music,
+    greedy_translation,
+    music_model,
+    sharpen,
+    translation_model,
+    translation_score,
+)
+
+RNG = np.random.default_rng(3)
+ON_TENSORFLOW = keras.backend.backend() == "tensorflow"
+
+
+def _primer(batch=2, length=3, vocab_size=20):
+    return RNG.integers(0, vocab_size, (batch, length)).astype("int32")
+
+
+def _source(batch=3):
+    source = RNG.integers(2, 14, (batch, 6)).astype("int32")
+    source[1, 4:] = 0
+    return source
+
+
+@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
+def test_greedy_music_equals_the_uncached_argmax_loop(attention):
+    model = music_model(attention)
+    primer = _primer()
+    tokens = continue_sequence(model, primer, 7, temperature=0)
+    np.testing.assert_array_equal(tokens, greedy_music(model, primer, 7))
+    assert keras.backend.standardize_dtype(tokens.dtype) == "int32"
+
+
+def test_a_one_token_primer_continues():
+    model = music_model("absolute")
+    primer = _primer(length=1)
+    np.testing.assert_array_equal(
+        continue_sequence(model, primer, 5, temperature=0), greedy_music(model, primer, 5)
+    )
+
+
+@pytest.mark.parametrize(
+    "settings", [dict(top_k=1), dict(top_p=1e-6), dict(top_k=3, top_p=1e-6)], ids=str
+)
+def test_settings_that_keep_one_token_equal_greedy(settings):
+    model = music_model("absolute")
+    primer = _primer()
+    greedy = continue_sequence(model, primer, 6, temperature=0)
+    np.testing.assert_array_equal(continue_sequence(model, primer, 6, seed=4, **settings), greedy)
+
+
+def test_sampling_keeps_the_primer_and_follows_the_seed():
+    model = music_model("absolute")
+    primer = _primer(batch=4, length=5)
+    first = np.asarray(continue_sequence(model, primer, 8, seed=7))
+    np.testing.assert_array_equal(first[:, :5], primer)
+    np.testing.assert_array_equal(continue_sequence(model, primer, 8, seed=7), first)
+    assert not np.array_equal(continue_sequence(model, primer, 8, seed=8), first)
+    assert first.min() >= 0 and first.max() < 20
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "shaw"])
+def test_greedy_translation_equals_the_uncached_argmax_loop(position):
+    model = sharpen(translation_model(position))
+    source = _source()
+    expected = greedy_translation(model, source, 7)
+    np.testing.assert_array_equal(translate_tokens(model, source, 7), expected)
+    np.testing.assert_array_equal(translate_tokens(model, source, 7, beam_size=1), expected)
+
+
+def test_translation_pads_after_eos():
+    model = sharpen(translation_model("sinusoidal", vocab_size=4), factor=1.0)
+    tokens = np.asarray(translate_tokens(model, _source(8), 10, temperature=1.0, seed=2))
+    assert tokens.shape == (8, 10)
+    ends = [np.flatnonzero(row == 1) for row in tokens]
+    assert any(len(end) for end in ends), "no translation ended: the test checks nothing"
+    for row, end in zip(tokens, ends):
+        if len(end):
+            assert not row[end[0] + 1 :].any()
+
+
+@pytest.mark.skipif(not ON_TENSORFLOW, reason="beam search runs on TensorFlow")
+@pytest.mark.parametrize("position", ["sinusoidal", "shaw"])
+def test_beam_search_scores_at_least_greedy(position):
+    model = sharpen(translation_model(position, vocab_size=6), factor=2.0)
+    source = _source(4)
+    greedy = np.asarray(translate_tokens(model, source, 6))
+    beam = np.asarray(translate_tokens(model, source, 6, beam_size=4, alpha=0.6))
+    assert beam.shape == greedy.shape == (4, 6)
+    beam_scores = translation_score(model, source, beam, 0.6)
+    greedy_scores = translation_score(model, source, greedy, 0.6)
+    assert (beam_scores >= greedy_scores - 1e-4).all(), (beam_scores, greedy_scores)
+    for row in beam:
+        ends = np.flatnonzero(row == 1)
+        if len(ends):
+            assert not row[ends[0] + 1 :].any()
+
+
+@pytest.mark.skipif(ON_TENSORFLOW, reason="the JAX backend refuses beam search")
+def test_beam_search_needs_tensorflow():
+    with pytest.raises(ValueError, match="`beam_size` > 1 .* TensorFlow backend"):
+        translate_tokens(translation_model("sinusoidal"), _source(), 4, beam_size=2)
