@@ -4,8 +4,8 @@ A 32 x 32 x 3 image as 3072 sub-pixel positions (channels folded into the
 width: 32 x 96), model width 256, 4 heads: forward+backward time and peak
 memory of
 
-- masked local 1D attention, block 256;
-- masked local 2D attention, query (8, 32), flange (8, 16) on 32 x 96;
+- causal local 1D attention, block 256;
+- causal local 2D attention, query (8, 32), flange (8, 16) on 32 x 96;
 - global causal attention (`keras_selfattn.layers.MultiHeadAttention`,
   `use_causal_mask=True`) over the same 3072 positions,
 
@@ -39,16 +39,16 @@ def variants(image_size):
     key_dim = WIDTH // HEADS
     (qh, qw), (fh, fw) = QUERY_SHAPE, MEMORY_FLANGE
     return {
-        "local 1D masked, block 256": (
-            LocalAttention1D(HEADS, key_dim, BLOCK_LENGTH, use_causal_mask=True),
+        "local 1D causal, block 256": (
+            LocalAttention1D(HEADS, key_dim, BLOCK_LENGTH),
             {"query": sequence},
-            {},
+            {"use_causal_mask": True},
             2 * BLOCK_LENGTH,
         ),
-        f"local 2D masked, query {QUERY_SHAPE}, flange {MEMORY_FLANGE}": (
-            LocalAttention2D(HEADS, key_dim, QUERY_SHAPE, MEMORY_FLANGE, use_causal_mask=True),
+        f"local 2D causal, query {QUERY_SHAPE}, flange {MEMORY_FLANGE}": (
+            LocalAttention2D(HEADS, key_dim, QUERY_SHAPE, MEMORY_FLANGE),
             {"query": image},
-            {},
+            {"use_causal_mask": True},
             fh * (qw + 2 * fw) + qh * (qw + fw),
         ),
         "global causal (MultiHeadAttention)": (

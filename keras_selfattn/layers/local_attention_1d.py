@@ -1,13 +1,13 @@
-"""Local 1D self-attention in blocks (Image Transformer), masked and unmasked."""
+"""Local 1D self-attention in blocks (Image Transformer), causal or not."""
 
+import inspect
 import numbers
 
 import keras
 from keras import ops
-from keras.src.backend import get_keras_mask
 
+from keras_selfattn.compat import get_keras_mask, set_keras_mask
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
-from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.blocking_1d import (
     block_attention,
     causal_window_mask,
@@ -39,14 +39,15 @@ class LocalAttentionBase(MultiHeadAttention):
 
     Subclasses implement `_full_attention` (blocked, over the whole input) and
     `_cached_attention` (one step against the static cache), both on
-    projected `[batch, length, heads, dim]` tensors, and `_check_inputs`.
+    projected `[batch, length, heads, dim]` tensors, and `_check_local_inputs`.
+    Causality is a call argument (`use_causal_mask`); the memory each query
+    block reads depends on it.
     """
 
     def __init__(
         self,
         num_heads,
         key_dim,
-        use_causal_mask=False,
         value_dim=None,
         dropout=0.0,
         use_bias=True,
@@ -60,17 +61,24 @@ class LocalAttentionBase(MultiHeadAttention):
         bias_constraint=None,
         use_gate=False,
         seed=None,
+        flash_attention=None,
         **kwargs,
     ):
-        if not isinstance(use_causal_mask, bool):
+        if "use_causal_mask" in kwargs:
             raise ValueError(
-                "`use_causal_mask` must be True or False. "
-                f"Received: use_causal_mask={use_causal_mask!r}"
+                "`use_causal_mask` is a call argument of local attention, not a "
+                "constructor argument: call the layer with `use_causal_mask=True`. "
+                f"Received: use_causal_mask={kwargs['use_causal_mask']!r} in the constructor"
+            )
+        if flash_attention is not None:
+            raise ValueError(
+                "`flash_attention` must be None: block attention runs its own blocked "
+                f"products, never a fused kernel. Received: flash_attention={flash_attention!r}"
             )
         super().__init__(
-            num_heads=num_heads,
-            key_dim=key_dim,
-            value_dim=value_dim,
+            num_heads=check_positive_int("num_heads", num_heads),
+            key_dim=check_positive_int("key_dim", key_dim),
+            value_dim=None if value_dim is None else check_positive_int("value_dim", value_dim),
             dropout=dropout,
             use_bias=use_bias,
             output_shape=output_shape,
@@ -87,13 +95,11 @@ class LocalAttentionBase(MultiHeadAttention):
             seed=seed,
             **kwargs,
         )
-        self.use_causal_mask = use_causal_mask
 
     def get_config(self):
         config = super().get_config()
-        for fixed in ("attention_axes", "sliding_window"):
+        for fixed in ("attention_axes", "sliding_window", "flash_attention"):
             config.pop(fixed, None)
-        config["use_causal_mask"] = self.use_causal_mask
         return config
 
     def _build_projections(self, feature_shapes):
@@ -109,32 +115,75 @@ class LocalAttentionBase(MultiHeadAttention):
         query_mask=None,
         value_mask=None,
         key_mask=None,
+        attention_mask=None,
+        attention_bias=None,
         cache=None,
         cache_update_index=None,
-        image_shape=None,
+        return_attention_scores=False,
         training=None,
-        use_causal_mask=None,
+        use_causal_mask=False,
     ):
+        return self._local_attention(
+            query,
+            value,
+            key,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            unsupported=unsupported_arguments(
+                attention_mask, attention_bias, return_attention_scores
+            ),
+            cache=cache,
+            cache_update_index=cache_update_index,
+            training=training,
+            use_causal_mask=use_causal_mask,
+        )
+
+    def _local_attention(
+        self,
+        query,
+        value,
+        key,
+        query_mask,
+        value_mask,
+        key_mask,
+        unsupported,
+        cache,
+        cache_update_index,
+        training,
+        use_causal_mask,
+        grid_shape=None,
+    ):
+        """The call of both layers; `grid_shape` is the 2D layer's."""
         query, value, key, query_mask, key_mask = self._self_attention_inputs(
             query, value, key, query_mask, value_mask, key_mask, cached=cache is not None
         )
         self._check_call(
-            query, value, key, cache, cache_update_index, image_shape, use_causal_mask, key_mask
+            query,
+            value,
+            key,
+            key_mask,
+            unsupported,
+            cache,
+            cache_update_index,
+            use_causal_mask,
+            grid_shape,
         )
         self._check_features(query=query, value=value, key=key)
         query_sequence = self._to_sequence(query)
         key_sequence, value_sequence = self._to_sequence(key), self._to_sequence(value)
 
-        gate = self._gate_dense(query_sequence) if self._use_gate else None
-        projected_query = self._query_dense(query_sequence)
+        gate = None if self.gate_dense is None else self.gate_dense(query_sequence)
+        projected_query = self.query_dense(query_sequence)
         if cache is None:
             output = self._full_attention(
                 projected_query,
-                self._key_dense(key_sequence),
-                self._value_dense(value_sequence),
+                self.key_dense(key_sequence),
+                self.value_dense(value_sequence),
                 query_mask=query_mask,
                 key_mask=key_mask,
-                image_shape=tuple(query.shape[1:-1]),
+                grid_shape=tuple(query.shape[1:-1]),
+                causal=use_causal_mask,
                 training=training,
             )
         else:
@@ -148,13 +197,15 @@ class LocalAttentionBase(MultiHeadAttention):
                 value_cache,
                 ops.cast(cache_update_index, "int32"),
                 query_mask=query_mask,
-                image_shape=image_shape,
+                grid_shape=grid_shape,
                 training=training,
             )
         if gate is not None:
             output = ops.multiply(output, gate)
-        output = self._output_dense(output)
+        output = self.output_dense(output)
         output = ops.reshape(output, [-1] + list(ops.shape(query)[1:-1]) + list(output.shape[2:]))
+        if query_mask is not None:
+            set_keras_mask(output, query_mask)
         return output if cache is None else (output, cache)
 
     def _self_attention_inputs(self, query, value, key, query_mask, value_mask, key_mask, cached):
@@ -177,21 +228,41 @@ class LocalAttentionBase(MultiHeadAttention):
         return x
 
     def _check_call(
-        self, query, value, key, cache, cache_update_index, image_shape, use_causal_mask, key_mask
+        self,
+        query,
+        value,
+        key,
+        key_mask,
+        unsupported,
+        cache,
+        cache_update_index,
+        use_causal_mask,
+        grid_shape,
     ):
-        if use_causal_mask is not None and bool(use_causal_mask) != self.use_causal_mask:
+        if not isinstance(use_causal_mask, bool):
             raise ValueError(
-                "`use_causal_mask` is fixed when the layer is created "
-                f"(use_causal_mask={self.use_causal_mask}); the call received "
-                f"use_causal_mask={use_causal_mask}."
+                "`use_causal_mask` must be True or False. "
+                f"Received: use_causal_mask={use_causal_mask!r}"
             )
-        self._check_inputs(query, value, key, cache, image_shape)
-        if cache is None:
-            return
-        if not self.use_causal_mask:
+        for name, value_given in unsupported.items():
             raise ValueError(
-                "A `cache` needs `use_causal_mask=True`: unmasked local "
-                "attention reads future positions and cannot be decoded step by step."
+                f"`{name}` is not supported by {type(self).__name__}: block attention "
+                "forms no `[query, key]` logits. Pass padding as `query_mask` / "
+                "`value_mask` and causality as `use_causal_mask`. "
+                f"Received: {name}={value_given}"
+            )
+        self._check_local_inputs(query, value, key, cache, grid_shape)
+        if cache is None:
+            if cache_update_index is not None:
+                raise ValueError(
+                    "`cache_update_index` needs a `cache`. "
+                    f"Received: cache_update_index={cache_update_index!r} and cache=None"
+                )
+            return
+        if not use_causal_mask:
+            raise ValueError(
+                "A `cache` needs `use_causal_mask=True`: local attention without "
+                "the causal mask reads future positions and cannot be decoded step by step."
             )
         if cache_update_index is None:
             raise ValueError(
@@ -203,50 +274,69 @@ class LocalAttentionBase(MultiHeadAttention):
                 "keys are read from the cache. Generate only real positions."
             )
 
-    def _dropout_function(self, training):
-        if training and self._dropout > 0.0:
-            return lambda scores: self._dropout_layer(scores, training=training)
-        return None
-
     def _attend_step(self, query, keys, values, mask, training):
-        """Attention of cached-step queries to the keys gathered for them."""
-        output, _ = dot_product_attention(
+        """A cached step's queries attending to the keys gathered for them.
+
+        The step is one query block and the gathered positions its memory:
+        `query` `[batch, steps, heads, dim]`, `keys` and `values`
+        `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`.
+        """
+        query, keys, values = (_heads_first(x)[:, :, None] for x in (query, keys, values))
+        output = block_attention(
             query,
             keys,
             values,
-            mask=mask,
-            scale=self._inverse_sqrt_key_dim,
-            dropout=self._dropout_function(training),
+            mask=ops.expand_dims(mask, 1),  # [batch or 1, blocks = 1, steps, memory]
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
         )
-        return output
+        return _heads_first(output[:, :, 0])
 
-    def compute_output_spec(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        cache=None,
-        cache_update_index=None,
-        image_shape=None,
-        training=None,
-        use_causal_mask=None,
-    ):
-        value = query if value is None else value
-        key = value if key is None else key
-        key_mask = merge_masks(value_mask, None if key is value else key_mask)
-        self._check_call(
-            query, value, key, cache, cache_update_index, image_shape, use_causal_mask, key_mask
+    def compute_output_spec(self, *args, **kwargs):
+        arguments = inspect.signature(self.call).bind(*args, **kwargs)
+        arguments.apply_defaults()
+        arguments = arguments.arguments
+        query, cache = arguments["query"], arguments["cache"]
+        value = query if arguments["value"] is None else arguments["value"]
+        key = value if arguments["key"] is None else arguments["key"]
+        key_mask = merge_masks(
+            arguments["value_mask"], None if key is value else arguments["key_mask"]
         )
-        features = self._output_shape or (query.shape[-1],)
+        unsupported = unsupported_arguments(
+            arguments["attention_mask"],
+            arguments["attention_bias"],
+            arguments["return_attention_scores"],
+        )
+        self._check_call(
+            query,
+            value,
+            key,
+            key_mask,
+            unsupported,
+            cache,
+            arguments["cache_update_index"],
+            arguments["use_causal_mask"],
+            arguments.get("grid_shape"),
+        )
+        features = self.output_features or (query.shape[-1],)
         output = keras.KerasTensor(
             tuple(query.shape[:-1]) + tuple(features), dtype=self.compute_dtype
         )
         if cache is None:
             return output
         return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+
+
+def unsupported_arguments(attention_mask, attention_bias, return_attention_scores):
+    """The call arguments block attention cannot honour that were given."""
+    given = {}
+    if attention_mask is not None:
+        given["attention_mask"] = f"<tensor of shape {tuple(attention_mask.shape)}>"
+    if attention_bias is not None:
+        given["attention_bias"] = f"<tensor of shape {tuple(attention_bias.shape)}>"
+    if return_attention_scores:
+        given["return_attention_scores"] = repr(return_attention_scores)
+    return given
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -257,24 +347,26 @@ class LocalAttention1D(LocalAttentionBase):
     last one padded and masked inside the layer). Position `i` of block `b`
     attends to:
 
-    - masked (`use_causal_mask=True`): positions
-      `[(b - 1) * block_length, i]`, the previous block and its own block up
-      to itself;
-    - unmasked: positions
+    - by default: positions
       `[b * block_length - filter_width, (b + 1) * block_length + filter_width)`,
-      clipped to the sequence.
+      clipped to the sequence;
+    - with `use_causal_mask=True` (generation in sequence order): positions
+      `[(b - 1) * block_length, i]`, the previous block and its own block up
+      to itself.
 
     Memory and compute are O(length x window) with windows of
-    `2 * block_length` (masked) or `block_length + 2 * filter_width`
-    (unmasked) positions; no `[length, length]` tensor is formed. Weights are
-    those of `MultiHeadAttention` (sublayers `query`, `key`, `value`,
-    `attention_output`), so a layer's weights load into the other.
+    `block_length + 2 * filter_width` or, causal, `2 * block_length`
+    positions; no `[length, length]` tensor is formed. One layer may be
+    called both ways: the weights are those of `MultiHeadAttention`
+    (sublayers `query`, `key`, `value`, `attention_output`), so a layer's
+    weights also load into the other.
 
-    Masked attention decodes step by step with the static cache of
+    Causal attention decodes step by step with the static cache of
     `MultiHeadAttention`: a call with `cache` `[batch, 2, max_length,
-    num_heads, key_dim]` and `cache_update_index` writes the step's keys and
-    values at that position and reads only the `2 * block_length + steps - 1`
-    cached positions that the step's memory lies in.
+    num_heads, key_dim]`, `cache_update_index` and `use_causal_mask=True`
+    writes the step's keys and values at that position and reads only the
+    `2 * block_length + steps - 1` cached positions that the step's memory
+    lies in.
 
     Shapes: `query`, `value`, `key` `[batch, length, features]`, all the same
     length; the output is `[batch, length, output_dim]`.
@@ -283,10 +375,9 @@ class LocalAttention1D(LocalAttentionBase):
         num_heads: number of attention heads.
         key_dim: size of each head for query and key.
         block_length: query block size, a positive integer.
-        filter_width: unmasked attention only: how many positions each side
-            of its block a query block also attends to (>= 0).
-        use_causal_mask: whether attention is masked (generation order is
-            sequence order). Fixed at construction: it decides the memory.
+        filter_width: how many positions each side of its block a query
+            block also attends to without the causal mask (>= 0); causal
+            attention reads the previous block instead.
         value_dim: size of each head for value; defaults to `key_dim`.
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
@@ -294,6 +385,7 @@ class LocalAttention1D(LocalAttentionBase):
         kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, activity_regularizer, kernel_constraint,
         bias_constraint, use_gate, seed: as in `keras.layers.MultiHeadAttention`.
+        flash_attention: must be `None` (block attention has no fused kernel).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -303,14 +395,18 @@ class LocalAttention1D(LocalAttentionBase):
         query_mask, value_mask, key_mask: optional `[batch, length]` padding
             masks, `True` for real positions; Keras fills them from the
             inputs' Keras masks. A masked query outputs the projection of zeros.
+        attention_mask, attention_bias: not supported (block attention forms
+            no `[query, key]` logits); anything but `None` raises `ValueError`.
         cache: optional `[batch, 2, max_length, num_heads, key_dim]` cache
-            (masked attention only); the call's inputs are the next positions.
+            (with `use_causal_mask=True` only); the call's inputs are the next
+            positions.
         cache_update_index: with a cache, the position of the call's first
             position (int or scalar int tensor).
-        image_shape: unused (kept for a common call signature with
-            `LocalAttention2D`).
+        return_attention_scores: not supported; `True` raises `ValueError`.
         training: whether dropout is active.
-        use_causal_mask: optional; must equal the constructor's value.
+        use_causal_mask: whether position `i` attends only to positions up
+            to itself (in its block and the previous one). Defaults to
+            `False`.
 
     Returns:
         `output` `[batch, length, output_dim]`, or `(output, cache)` when a
@@ -320,12 +416,15 @@ class LocalAttention1D(LocalAttentionBase):
 
     >>> import numpy as np
     >>> layer = LocalAttention1D(num_heads=2, key_dim=4, block_length=3,
-    ...                          use_causal_mask=True)
+    ...                          filter_width=1)
     >>> x = np.random.rand(1, 7, 8).astype("float32")
-    >>> full = layer(x)
+    >>> tuple(layer(x).shape)  # each block attends to its block +- 1 position
+    (1, 7, 8)
+    >>> full = layer(x, use_causal_mask=True)  # the previous block and itself
     >>> cache = np.zeros((1, 2, 7, 2, 4), "float32")
     >>> for t in range(7):
-    ...     step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t)
+    ...     step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t,
+    ...                         use_causal_mask=True)
     >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
     True
 
@@ -334,18 +433,10 @@ class LocalAttention1D(LocalAttentionBase):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(
-        self, num_heads, key_dim, block_length, filter_width=0, use_causal_mask=False, **kwargs
-    ):
+    def __init__(self, num_heads, key_dim, block_length, filter_width=0, **kwargs):
         block_length = check_positive_int("block_length", block_length)
         filter_width = check_non_negative_int("filter_width", filter_width)
-        if use_causal_mask and filter_width:
-            raise ValueError(
-                "`filter_width` applies to unmasked attention only; masked "
-                "attention always reads the previous block. Received: "
-                f"filter_width={filter_width} with use_causal_mask=True"
-            )
-        super().__init__(num_heads, key_dim, use_causal_mask=use_causal_mask, **kwargs)
+        super().__init__(num_heads, key_dim, **kwargs)
         self.block_length = block_length
         self.filter_width = filter_width
 
@@ -361,7 +452,7 @@ class LocalAttention1D(LocalAttentionBase):
             check_input_rank(name, shape, 3, "[batch, length, features]")
         self._build_projections((query_shape, value_shape, key_shape))
 
-    def _check_inputs(self, query, value, key, cache, image_shape):
+    def _check_local_inputs(self, query, value, key, cache, grid_shape):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
             check_input_rank(name, tensor.shape, 3, "[batch, length, features]")
         if cache is None and not value.shape[1] == key.shape[1] == query.shape[1]:
@@ -371,15 +462,17 @@ class LocalAttention1D(LocalAttentionBase):
                 f"value.shape={tuple(value.shape)}, key.shape={tuple(key.shape)}"
             )
 
-    def _window(self):
+    def _window(self, causal):
         """`(left, right)`: how far memory windows reach beyond their block."""
-        if self.use_causal_mask:
+        if causal:
             return self.block_length, 0
         return self.filter_width, self.filter_width
 
-    def _full_attention(self, query, key, value, query_mask, key_mask, image_shape, training):
+    def _full_attention(
+        self, query, key, value, query_mask, key_mask, grid_shape, causal, training
+    ):
         block_length = self.block_length
-        left, right = self._window()
+        left, right = self._window(causal)
         length = ops.shape(query)[1]
         query, key, value = (_heads_first(x) for x in (query, key, value))
         query_blocks = split_blocks(
@@ -395,7 +488,7 @@ class LocalAttention1D(LocalAttentionBase):
 
         mask = window_validity(length, padded_length, block_length, left, right, key_mask)
         masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, window]
-        if self.use_causal_mask:
+        if causal:
             masks.append(causal_window_mask(block_length, left, right))
         if query_mask is not None:
             query_valid = split_blocks(
@@ -407,14 +500,14 @@ class LocalAttention1D(LocalAttentionBase):
             key_windows,
             value_windows,
             mask=tuple(masks),
-            scale=self._inverse_sqrt_key_dim,
-            dropout=self._dropout_function(training),
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
         )
         output = merge_blocks(output, axis=2)[:, :, :length]
         return ops.transpose(output, (0, 2, 1, 3))
 
     def _cached_attention(
-        self, query, key_cache, value_cache, cache_update_index, query_mask, image_shape, training
+        self, query, key_cache, value_cache, cache_update_index, query_mask, grid_shape, training
     ):
         block_length = self.block_length
         steps, max_length = query.shape[1], key_cache.shape[1]
@@ -432,9 +525,9 @@ class LocalAttention1D(LocalAttentionBase):
         mask = ops.logical_and(
             key_positions[None, :] <= query_positions[:, None],
             key_positions[None, :] >= earliest[:, None],
-        )
+        )[None]  # [1, steps, window]
         if query_mask is not None:
-            mask = ops.logical_and(mask[None], ops.cast(query_mask, "bool")[:, :, None])
+            mask = ops.logical_and(mask, ops.cast(query_mask, "bool")[:, :, None])
         return self._attend_step(query, keys, values, mask, training)
 
 

@@ -8,19 +8,20 @@ from keras_selfattn.layers.local_attention_1d import (
     check_input_rank,
     check_non_negative_int,
     check_positive_int,
+    unsupported_arguments,
 )
 from keras_selfattn.ops.blocking_1d import block_attention
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
     blocks_to_image,
+    causal_memory_mask_2d,
     gather_pixels,
     image_to_blocks,
     inside_image,
-    masked_memory_mask_2d,
     memory_pixels_2d,
     memory_positions_2d,
     pad_image_to_blocks,
-    padded_image_shape,
+    padded_grid_shape,
     pixel_validity,
 )
 
@@ -33,29 +34,31 @@ class LocalAttention2D(LocalAttentionBase):
     (padded to multiples of the block inside the layer, the padding masked).
     With `memory_flange = (fh, fw)`, a query in block `(R, C)` attends to:
 
-    - unmasked: the `(qh + 2 fh) x (qw + 2 fw)` window centred on its block,
-      clipped to the image;
-    - masked (`use_causal_mask=True`, generation in block-raster order: blocks
+    - by default: the `(qh + 2 fh) x (qw + 2 fw)` window centred on its
+      block, clipped to the image;
+    - with `use_causal_mask=True` (generation in block-raster order: blocks
       in raster order, pixels inside a block in raster order): the `fh` rows
       above the block over columns `[C qw - fw, (C + 1) qw + fw)`, the `fw`
       columns left of the block in the block's rows, and the pixels of its
       own block up to itself in raster order. Nothing else.
 
     Memory and compute are O(pixels x memory), with memory
-    `(qh + 2 fh)(qw + 2 fw)` (unmasked) or `fh (qw + 2 fw) + qh (qw + fw)`
-    (masked) positions per query block; no `[pixels, pixels]` tensor is formed.
-    Sub-pixel images (channels folded into the width) work unchanged. Weights
-    are those of `MultiHeadAttention` (sublayers `query`, `key`, `value`,
+    `(qh + 2 fh)(qw + 2 fw)` or, causal, `fh (qw + 2 fw) + qh (qw + fw)`
+    positions per query block; no `[pixels, pixels]` tensor is formed.
+    Sub-pixel images (channels folded into the width) work unchanged. One
+    layer may be called both ways: the weights are those of
+    `MultiHeadAttention` (sublayers `query`, `key`, `value`,
     `attention_output`) on the flattened pixels.
 
-    Masked attention decodes pixel by pixel in block-raster order with the
+    Causal attention decodes pixel by pixel in block-raster order with the
     static cache of `MultiHeadAttention`: `cache`
     `[batch, 2, max_length, num_heads, key_dim]` is indexed by block-raster
     position in the image padded to multiples of `query_shape`
     (`max_length >= padded height x padded width`). A step call takes the
     pixel `[batch, 1, 1, channels]`, its block-raster position as
-    `cache_update_index` and the image size as `image_shape`; it gathers from
-    the cache only the positions of that pixel's memory.
+    `cache_update_index`, the position grid's size as `grid_shape` and
+    `use_causal_mask=True`; it gathers from the cache only the positions of
+    that pixel's memory.
 
     Shapes: `query`, `value`, `key` `[batch, height, width, channels]`, one
     image size; the output is `[batch, height, width, output_dim]`.
@@ -66,8 +69,6 @@ class LocalAttention2D(LocalAttentionBase):
         query_shape: `(qh, qw)`, positive integers.
         memory_flange: `(fh, fw)`, non-negative integers, at most the image's
             height and width.
-        use_causal_mask: whether attention is masked (generation in
-            block-raster order). Fixed at construction: it decides the memory.
         value_dim: size of each head for value; defaults to `key_dim`.
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
@@ -75,6 +76,7 @@ class LocalAttention2D(LocalAttentionBase):
         kernel_initializer, bias_initializer, kernel_regularizer,
         bias_regularizer, activity_regularizer, kernel_constraint,
         bias_constraint, use_gate, seed: as in `keras.layers.MultiHeadAttention`.
+        flash_attention: must be `None` (block attention has no fused kernel).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -85,15 +87,19 @@ class LocalAttention2D(LocalAttentionBase):
         query_mask, value_mask, key_mask: optional `[batch, height, width]`
             padding masks, `True` for real pixels. A masked query outputs the
             projection of zeros.
+        attention_mask, attention_bias: not supported (block attention forms
+            no `[query, key]` logits); anything but `None` raises `ValueError`.
         cache: optional `[batch, 2, max_length, num_heads, key_dim]` cache
-            (masked attention only).
+            (with `use_causal_mask=True` only).
         cache_update_index: with a cache, the block-raster position of the
             pixel (int or scalar int tensor); see
             `keras_selfattn.ops.blocking_2d.block_raster_index`.
-        image_shape: with a cache, the `(height, width)` of the image being
-            generated.
+        return_attention_scores: not supported; `True` raises `ValueError`.
         training: whether dropout is active.
-        use_causal_mask: optional; must equal the constructor's value.
+        use_causal_mask: whether a pixel attends only to the pixels before it
+            in block-raster order (in its causal memory). Defaults to `False`.
+        grid_shape: with a cache, the `(rows, columns)` of the position grid
+            being generated (the `(height, width)` of the full `query`).
 
     Returns:
         `output` `[batch, height, width, output_dim]`, or `(output, cache)`
@@ -104,9 +110,11 @@ class LocalAttention2D(LocalAttentionBase):
     >>> import numpy as np
     >>> from keras_selfattn.ops.blocking_2d import block_raster_index
     >>> layer = LocalAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
-    ...                          memory_flange=(1, 1), use_causal_mask=True)
+    ...                          memory_flange=(1, 1))
     >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
-    >>> full = layer(image)
+    >>> tuple(layer(image).shape)  # each 2 x 2 block attends to its 4 x 4 window
+    (1, 4, 4, 8)
+    >>> full = layer(image, use_causal_mask=True)
     >>> cache = np.zeros((1, 2, 16, 2, 4), "float32")
     >>> # Block-raster order: the 2 x 2 blocks in raster order, pixels inside each.
     >>> order = sorted(((r, c) for r in range(4) for c in range(4)),
@@ -114,7 +122,7 @@ class LocalAttention2D(LocalAttentionBase):
     >>> for r, c in order:
     ...     step, cache = layer(image[:, r:r + 1, c:c + 1], cache=cache,
     ...                         cache_update_index=int(block_raster_index(r, c, 4, (2, 2))),
-    ...                         image_shape=(4, 4))
+    ...                         grid_shape=(4, 4), use_causal_mask=True)
     >>> bool(np.allclose(step[0, 0, 0], full[0, 3, 3], atol=1e-5))
     True
 
@@ -123,12 +131,10 @@ class LocalAttention2D(LocalAttentionBase):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(
-        self, num_heads, key_dim, query_shape, memory_flange=(0, 0), use_causal_mask=False, **kwargs
-    ):
+    def __init__(self, num_heads, key_dim, query_shape, memory_flange=(0, 0), **kwargs):
         query_shape = _pair("query_shape", query_shape, check_positive_int)
         memory_flange = _pair("memory_flange", memory_flange, check_non_negative_int)
-        super().__init__(num_heads, key_dim, use_causal_mask=use_causal_mask, **kwargs)
+        super().__init__(num_heads, key_dim, **kwargs)
         self.query_shape = query_shape
         self.memory_flange = memory_flange
 
@@ -144,11 +150,45 @@ class LocalAttention2D(LocalAttentionBase):
             check_input_rank(name, shape, 4, "[batch, height, width, channels]")
         self._build_projections((query_shape, value_shape, key_shape))
 
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        attention_bias=None,
+        cache=None,
+        cache_update_index=None,
+        return_attention_scores=False,
+        training=None,
+        use_causal_mask=False,
+        grid_shape=None,
+    ):
+        return self._local_attention(
+            query,
+            value,
+            key,
+            query_mask=query_mask,
+            value_mask=value_mask,
+            key_mask=key_mask,
+            unsupported=unsupported_arguments(
+                attention_mask, attention_bias, return_attention_scores
+            ),
+            cache=cache,
+            cache_update_index=cache_update_index,
+            training=training,
+            use_causal_mask=use_causal_mask,
+            grid_shape=grid_shape,
+        )
+
     def _to_sequence(self, x):
         """Pixels in raster order, `[batch, height * width, channels]`."""
         return ops.reshape(x, [-1, x.shape[1] * x.shape[2], x.shape[3]])
 
-    def _check_inputs(self, query, value, key, cache, image_shape):
+    def _check_local_inputs(self, query, value, key, cache, grid_shape):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
             check_input_rank(name, tensor.shape, 4, "[batch, height, width, channels]")
             if None in tensor.shape[1:3]:
@@ -162,61 +202,68 @@ class LocalAttention2D(LocalAttentionBase):
                     "With a `cache`, `query` is one pixel `[batch, 1, 1, channels]`. "
                     f"Received: query.shape={tuple(query.shape)}"
                 )
-            if image_shape is None:
+            if grid_shape is None:
                 raise ValueError(
-                    "With a `cache`, pass `image_shape=(height, width)` of the generated image."
+                    "With a `cache`, pass `grid_shape=(rows, columns)`, the size of "
+                    "the position grid being generated."
                 )
-            image_shape = _pair("image_shape", image_shape, check_positive_int)
-            self._check_cache_length(cache, image_shape)
+            grid_shape = _pair("grid_shape", grid_shape, check_positive_int)
+            self._check_cache_length(cache, grid_shape)
         else:
+            if grid_shape is not None:
+                raise ValueError(
+                    "`grid_shape` is for a cached step (with a `cache`); a full "
+                    f"call reads it from `query`. Received: grid_shape={grid_shape!r}"
+                )
             if not tuple(value.shape[1:3]) == tuple(key.shape[1:3]) == tuple(query.shape[1:3]):
                 raise ValueError(
                     "Local self-attention needs `query`, `value` and `key` of one "
                     f"image size. Received: query.shape={tuple(query.shape)}, "
                     f"value.shape={tuple(value.shape)}, key.shape={tuple(key.shape)}"
                 )
-            image_shape = tuple(query.shape[1:3])
-        self._check_flange(image_shape)
+            grid_shape = tuple(query.shape[1:3])
+        self._check_flange(grid_shape)
 
-    def _check_flange(self, image_shape):
-        for axis, flange, size in zip(("height", "width"), self.memory_flange, image_shape):
+    def _check_flange(self, grid_shape):
+        for axis, flange, size in zip(("height", "width"), self.memory_flange, grid_shape):
             if flange > size:
                 raise ValueError(
                     f"`memory_flange` must not exceed the image's {axis} ({size}). "
                     f"Received: memory_flange={self.memory_flange}, "
-                    f"image shape {tuple(image_shape)}"
+                    f"grid shape {tuple(grid_shape)}"
                 )
 
-    def _check_cache_length(self, cache, image_shape):
-        padded_height, padded_width = padded_image_shape(*image_shape, self.query_shape)
+    def _check_cache_length(self, cache, grid_shape):
+        padded_height, padded_width = padded_grid_shape(*grid_shape, self.query_shape)
         needed = padded_height * padded_width
         if cache.shape[2] is not None and cache.shape[2] < needed:
             raise ValueError(
                 f"`cache` must hold the {needed} block-raster positions of the "
-                f"{image_shape} image padded to multiples of `query_shape` "
+                f"{grid_shape} grid padded to multiples of `query_shape` "
                 f"{self.query_shape}. Received: cache.shape={tuple(cache.shape)}"
             )
 
-    def _full_attention(self, query, key, value, query_mask, key_mask, image_shape, training):
-        padded_shape = padded_image_shape(*image_shape, self.query_shape)
-        masked = self.use_causal_mask
-        heads = self._num_heads
+    def _full_attention(
+        self, query, key, value, query_mask, key_mask, grid_shape, causal, training
+    ):
+        padded_shape = padded_grid_shape(*grid_shape, self.query_shape)
+        heads = self.num_heads
         query_blocks = _unfold_heads(
             image_to_blocks(
-                pad_image_to_blocks(self._head_images(query, image_shape), self.query_shape),
+                pad_image_to_blocks(self._head_images(query, grid_shape), self.query_shape),
                 self.query_shape,
             ),
             heads,
         )
-        positions = memory_positions_2d(image_shape, self.query_shape, self.memory_flange, masked)
+        positions = memory_positions_2d(grid_shape, self.query_shape, self.memory_flange, causal)
         key_memory, value_memory = (
-            _unfold_heads(gather_pixels(self._head_images(x, image_shape), positions), heads)
+            _unfold_heads(gather_pixels(self._head_images(x, grid_shape), positions), heads)
             for x in (key, value)
         )
-        mask = pixel_validity(positions, image_shape, key_mask)
+        mask = pixel_validity(positions, grid_shape, key_mask)
         masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
-        if masked:
-            masks.append(masked_memory_mask_2d(self.query_shape, self.memory_flange))
+        if causal:
+            masks.append(causal_memory_mask_2d(self.query_shape, self.memory_flange))
         if query_mask is not None:
             query_valid = image_to_blocks(
                 pad_image_to_blocks(ops.cast(query_mask, "bool"), self.query_shape),
@@ -228,29 +275,29 @@ class LocalAttention2D(LocalAttentionBase):
             key_memory,
             value_memory,
             mask=tuple(masks),
-            scale=self._inverse_sqrt_key_dim,
-            dropout=self._dropout_function(training),
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
         )
-        height, width = image_shape
+        height, width = grid_shape
         output = ops.reshape(output, [-1] + list(output.shape[2:]))  # [batch * heads, blocks, ...]
         output = blocks_to_image(output, padded_shape, self.query_shape)[:, :height, :width]
         output = ops.reshape(output, [-1, heads, height * width, output.shape[-1]])
         return ops.transpose(output, (0, 2, 1, 3))
 
-    def _head_images(self, sequence, image_shape):
+    def _head_images(self, sequence, grid_shape):
         """Projected `[batch, H * W, heads, dim]` -> `[batch * heads, H, W, dim]`.
 
         Heads are folded into the batch so that blocks are cut per head and
         attention runs as batched matrix products without transposes.
         """
         heads_first = ops.transpose(sequence, (0, 2, 1, 3))
-        return ops.reshape(heads_first, [-1, *image_shape, sequence.shape[-1]])
+        return ops.reshape(heads_first, [-1, *grid_shape, sequence.shape[-1]])
 
     def _cached_attention(
-        self, query, key_cache, value_cache, cache_update_index, query_mask, image_shape, training
+        self, query, key_cache, value_cache, cache_update_index, query_mask, grid_shape, training
     ):
-        height, width = _pair("image_shape", image_shape, check_positive_int)
-        padded_height, padded_width = padded_image_shape(height, width, self.query_shape)
+        height, width = _pair("grid_shape", grid_shape, check_positive_int)
+        padded_height, padded_width = padded_grid_shape(height, width, self.query_shape)
         query_height, query_width = self.query_shape
         block_size = query_height * query_width
         block = cache_update_index // block_size
@@ -258,7 +305,7 @@ class LocalAttention2D(LocalAttentionBase):
         block_column = block % (padded_width // query_width)
 
         rows, columns = memory_pixels_2d(
-            block_row, block_column, self.query_shape, self.memory_flange, masked=True
+            block_row, block_column, self.query_shape, self.memory_flange, causal=True
         )
         inside = inside_image(rows, columns, (height, width))
         positions = block_raster_index(
@@ -270,14 +317,13 @@ class LocalAttention2D(LocalAttentionBase):
         keys = ops.take(key_cache, positions, axis=1)
         values = ops.take(value_cache, positions, axis=1)
         causal = ops.take(
-            masked_memory_mask_2d(self.query_shape, self.memory_flange),
+            causal_memory_mask_2d(self.query_shape, self.memory_flange),
             cache_update_index % block_size,
             axis=0,
         )
-        mask = ops.logical_and(inside, causal)[None, :]  # [query, memory]
+        mask = ops.logical_and(inside, causal)[None, None, :]  # [1, query, memory]
         if query_mask is not None:
-            query_valid = ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1])
-            mask = ops.logical_and(mask[None], query_valid)
+            mask = ops.logical_and(mask, ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1]))
         return self._attend_step(query, keys, values, mask, training)
 
 

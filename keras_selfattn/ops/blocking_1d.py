@@ -1,26 +1,37 @@
 """Cutting a sequence into query blocks and the memory windows they attend to.
 
-Local attention (Image Transformer) splits the length axis into query blocks
-of `block_length` positions. Query block `b` covers positions
+Local 1D attention (Image Transformer) splits the length axis into query
+blocks of `block_length` positions. Query block `b` covers positions
 `[b * block_length, (b + 1) * block_length)` and attends to a memory window
 covering `[b * block_length - left, (b + 1) * block_length + right)`:
 
-- masked 1D: `left = block_length`, `right = 0` (the previous block and its
-  own block; a causal mask inside keeps keys at or before the query);
-- unmasked 1D: `left = right = filter_width`.
+- causal: `left = block_length`, `right = 0` (the previous block and its
+  own block; `causal_window_mask` keeps keys at or before the query);
+- not causal: `left = right = filter_width`.
 
 Windows are built from reshapes, slices and one concatenation (no gather,
 no `[length, length]` tensor): memory and compute O(length x window).
 Positions outside the sequence are zero-filled; `window_validity` says which
-window entries are real. Every function takes an `axis`, so the same code cuts
-the rows and the columns of an image.
+window entries are real. The functions take the length `axis`, so the
+sequence may carry other axes before it (heads, say). `block_attention` runs
+the attention of every block to its window; the 2D layer uses it too, on the
+memories `keras_selfattn.ops.blocking_2d` gathers.
+
+Example:
+
+>>> import numpy as np
+>>> x = np.arange(5, dtype="float32")[None, :, None]  # [batch, length, 1]
+>>> windows = memory_windows(pad_to_blocks(x, 2), 2, left=2, right=0)
+>>> np.asarray(windows)[0, :, :, 0]  # the previous block, then its own
+array([[0., 0., 0., 1.],
+       [0., 1., 2., 3.],
+       [2., 3., 4., 0.]], dtype=float32)
 """
 
 import math
 
 from keras import ops
 
-from keras_selfattn.ops.softmax import large_negative
 from keras_selfattn.ops.softmax_attention import softmax_attention
 
 
@@ -64,8 +75,7 @@ def memory_windows(x, block_length, left, right, axis=1):
         block_length: the query block size.
         left: how many positions before its block a window starts (>= 0).
         right: how many positions after its block a window ends; may be
-            negative (a window that stops before its block ends, such as the
-            rows above a 2D query block: `left = rows, right = -block_length`).
+            negative (a window that stops before its block ends).
         axis: the length axis.
 
     Returns:
@@ -183,12 +193,10 @@ def block_attention(
     """Dot-product attention of every query block to its own memory window.
 
     Heads come before blocks so that the two products are plain batched
-    matrix products, with no transposes of the windows. Masks are applied as
-    one additive bias (a broadcast add, whose gradient is the identity) made
-    from the AND of the mask factors, which carry no heads axis; the
-    softmax runs in float32 and a query with no key gets zeros. The core is
-    `softmax_attention`, whose gradient (without dropout) needs one
-    logits-sized tensor fewer than differentiating it op by op.
+    matrix products, with no transposes of the windows. The mask factors
+    carry no heads axis; their logical AND stays head-free, so small, and
+    goes to `keras_selfattn.ops.softmax_attention` as its `mask` (a query
+    with no key to attend to gets zeros), the bias as its `bias`.
 
     Args:
         query_blocks: `[batch, heads, num_blocks, block_length, head_dim]`.
@@ -209,6 +217,17 @@ def block_attention(
 
     Returns:
         `[batch, heads, num_blocks, block_length, value_dim]`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> query = np.ones((1, 1, 2, 2, 4), "float32")  # [batch, heads, blocks, 2, dim]
+    >>> key = np.ones((1, 1, 2, 3, 4), "float32")  # windows of 3 positions
+    >>> value = np.arange(24, dtype="float32").reshape(1, 1, 2, 3, 4)
+    >>> causal = causal_window_mask(2, left=1, right=0)  # [queries, window]
+    >>> output = block_attention(query, key, value, mask=causal)
+    >>> np.asarray(output)[0, 0, 1, 0]  # equal logits: the mean of 2 values
+    array([14., 15., 16., 17.], dtype=float32)
     """
     if scale is None:
         scale = 1.0 / math.sqrt(query_blocks.shape[-1])
@@ -217,16 +236,9 @@ def block_attention(
     # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
     factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]
     allowed = _logical_and_all(factors) if factors else None
-    if allowed is not None:
-        # The merged mask is head-free, so small; it joins `bias` as one term
-        # because each add to the logits makes another logits-sized tensor.
-        mask_bias = ops.where(allowed, 0.0, large_negative("float32"))
-        bias = mask_bias if bias is None else ops.cast(bias, "float32") + mask_bias
-    output = softmax_attention(query_blocks, key_windows, value_windows, bias, dropout=dropout)
-    if allowed is None:
-        return output
-    has_key = ops.any(allowed, axis=-1, keepdims=True)
-    return output * ops.cast(has_key, output.dtype)
+    return softmax_attention(
+        query_blocks, key_windows, value_windows, bias=bias, mask=allowed, dropout=dropout
+    )
 
 
 def _insert_heads_axis(factor):

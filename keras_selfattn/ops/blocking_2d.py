@@ -3,21 +3,30 @@
 An image `[batch, height, width, ...]` (height and width multiples of the
 query shape `(qh, qw)`) is cut into query blocks; blocks are numbered in
 raster order and positions inside a block in raster order too: that is
-*block-raster order*, the generation order of masked 2D local attention.
+*block-raster order*, the generation order of causal 2D local attention.
 
 The memory of query block `(R, C)` is a list of positions given by their
 offsets `(dy, dx)` from the block's top-left corner `(R * qh, C * qw)`:
 
-- unmasked: the `(qh + 2 fh) x (qw + 2 fw)` window centred on the block,
+- not causal: the `(qh + 2 fh) x (qw + 2 fw)` window centred on the block,
   `dy in [-fh, qh + fh)`, `dx in [-fw, qw + fw)`;
-- masked: the `fh` rows above the block over `dx in [-fw, qw + fw)`, then the
+- causal: the `fh` rows above the block over `dx in [-fw, qw + fw)`, then the
   block's own rows over `dx in [-fw, qw)` (the `fw` columns to its left and
-  the block itself); `masked_memory_mask_2d` keeps, inside the block, the
+  the block itself); `causal_memory_mask_2d` keeps, inside the block, the
   positions up to the query in raster order.
 
 `memory_offsets_2d` lists the offsets in the order `extract_memory_2d` lays
 the memory out, so one description serves the full pass and a cached step:
 both gather the positions `memory_pixels_2d` gives.
+
+Example:
+
+>>> import numpy as np
+>>> dy, dx = memory_offsets_2d((1, 2), (1, 1), causal=True)
+>>> [(int(y), int(x)) for y, x in zip(np.asarray(dy), np.asarray(dx))]
+[(-1, -1), (-1, 0), (-1, 1), (-1, 2), (0, -1), (0, 0), (0, 1)]
+>>> np.asarray(causal_memory_mask_2d((1, 2), (1, 1)))[0]  # query (0, 0)
+array([ True,  True,  True,  True,  True,  True, False])
 """
 
 from keras import ops
@@ -34,7 +43,7 @@ def check_divisible(height, width, query_shape):
         )
 
 
-def padded_image_shape(height, width, query_shape):
+def padded_grid_shape(height, width, query_shape):
     """`(height, width)` rounded up to multiples of `query_shape`."""
     query_height, query_width = query_shape
     return (-(-height // query_height) * query_height, -(-width // query_width) * query_width)
@@ -43,7 +52,7 @@ def padded_image_shape(height, width, query_shape):
 def pad_image_to_blocks(image, query_shape):
     """Zero-pads `[batch, height, width, ...]` to multiples of `query_shape`."""
     height, width = image.shape[1], image.shape[2]
-    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    padded_height, padded_width = padded_grid_shape(height, width, query_shape)
     widths = [(0, 0)] * len(image.shape)
     widths[1] = (0, padded_height - height)
     widths[2] = (0, padded_width - width)
@@ -67,9 +76,9 @@ def image_to_blocks(image, query_shape):
     )
 
 
-def blocks_to_image(blocks, image_shape, query_shape):
-    """Inverse of `image_to_blocks`; `image_shape` is the (padded) `(H, W)`."""
-    height, width = image_shape
+def blocks_to_image(blocks, grid_shape, query_shape):
+    """Inverse of `image_to_blocks`; `grid_shape` is the (padded) `(height, width)`."""
+    height, width = grid_shape
     check_divisible(height, width, query_shape)
     query_height, query_width = query_shape
     rest = list(ops.shape(blocks)[3:])
@@ -81,17 +90,17 @@ def blocks_to_image(blocks, image_shape, query_shape):
     return ops.reshape(grid, [-1, height, width] + rest)
 
 
-def raster_to_block_raster(sequence, image_shape, query_shape):
+def raster_to_block_raster(sequence, grid_shape, query_shape):
     """Reorders `[batch, H * W, ...]` from raster to block-raster order."""
-    height, width = image_shape
+    height, width = grid_shape
     image = ops.reshape(sequence, [-1, height, width] + list(ops.shape(sequence)[2:]))
     blocks = image_to_blocks(image, query_shape)
     return ops.reshape(blocks, [-1, height * width] + list(ops.shape(sequence)[2:]))
 
 
-def block_raster_to_raster(sequence, image_shape, query_shape):
+def block_raster_to_raster(sequence, grid_shape, query_shape):
     """Reorders `[batch, H * W, ...]` from block-raster to raster order."""
-    height, width = image_shape
+    height, width = grid_shape
     query_height, query_width = query_shape
     check_divisible(height, width, query_shape)
     rest = list(ops.shape(sequence)[2:])
@@ -99,7 +108,7 @@ def block_raster_to_raster(sequence, image_shape, query_shape):
         sequence,
         [-1, (height // query_height) * (width // query_width), query_height * query_width] + rest,
     )
-    image = blocks_to_image(blocks, image_shape, query_shape)
+    image = blocks_to_image(blocks, grid_shape, query_shape)
     return ops.reshape(image, [-1, height * width] + rest)
 
 
@@ -112,14 +121,14 @@ def block_raster_index(rows, columns, padded_width, query_shape):
     return block * (query_height * query_width) + inside
 
 
-def memory_regions_2d(query_shape, memory_flange, masked):
+def memory_regions_2d(query_shape, memory_flange, causal):
     """The memory as rectangles of offsets: `[(dy0, dy1, dx0, dx1), ...]`.
 
     Each rectangle covers `dy in [dy0, dy1)`, `dx in [dx0, dx1)` relative to
     the block's top-left corner, in the order of `extract_memory_2d`.
     """
     (query_height, query_width), (flange_height, flange_width) = query_shape, memory_flange
-    if not masked:
+    if not causal:
         return [
             (
                 -flange_height,
@@ -135,10 +144,10 @@ def memory_regions_2d(query_shape, memory_flange, masked):
     return regions
 
 
-def memory_offsets_2d(query_shape, memory_flange, masked):
+def memory_offsets_2d(query_shape, memory_flange, causal):
     """`(dy, dx)`: two int32 `[memory_length]` tensors, one entry per memory position."""
     rows, columns = [], []
-    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, masked):
+    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, causal):
         dy = ops.arange(top, bottom, dtype="int32")[:, None]
         dx = ops.arange(left, right, dtype="int32")[None, :]
         rows.append(ops.reshape(ops.broadcast_to(dy, (bottom - top, right - left)), [-1]))
@@ -146,38 +155,38 @@ def memory_offsets_2d(query_shape, memory_flange, masked):
     return ops.concatenate(rows, axis=0), ops.concatenate(columns, axis=0)
 
 
-def memory_pixels_2d(block_rows, block_columns, query_shape, memory_flange, masked):
+def memory_pixels_2d(block_rows, block_columns, query_shape, memory_flange, causal):
     """`(rows, columns)` of the memory pixels of query blocks `(block_rows, block_columns)`.
 
     Args:
         block_rows, block_columns: int32 tensors (or ints) of one shape `S`.
-        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+        query_shape, memory_flange, causal: as in `extract_memory_2d`.
 
     Returns:
         Two int32 `S + [memory_length]` tensors in the order of
         `memory_offsets_2d`; pixels may lie outside the image.
     """
     query_height, query_width = query_shape
-    offset_rows, offset_columns = memory_offsets_2d(query_shape, memory_flange, masked)
+    offset_rows, offset_columns = memory_offsets_2d(query_shape, memory_flange, causal)
     top = ops.expand_dims(ops.convert_to_tensor(block_rows, "int32") * query_height, -1)
     left = ops.expand_dims(ops.convert_to_tensor(block_columns, "int32") * query_width, -1)
     return top + offset_rows, left + offset_columns
 
 
-def memory_positions_2d(image_shape, query_shape, memory_flange, masked):
+def memory_positions_2d(grid_shape, query_shape, memory_flange, causal):
     """Raster positions of the memory of every query block of an image.
 
     Args:
-        image_shape: `(height, width)`, any size; blocks tile the image padded
+        grid_shape: `(height, width)`, any size; blocks tile the image padded
             to multiples of `query_shape`.
-        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+        query_shape, memory_flange, causal: as in `extract_memory_2d`.
 
     Returns:
         int32 `[num_blocks, memory_length]`: `row * width + column` for pixels
         of the image, `height * width` for pixels outside it.
     """
-    height, width = image_shape
-    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    height, width = grid_shape
+    padded_height, padded_width = padded_grid_shape(height, width, query_shape)
     block_rows, block_columns = padded_height // query_shape[0], padded_width // query_shape[1]
     grid = ops.meshgrid(
         ops.arange(block_rows, dtype="int32"),
@@ -185,21 +194,21 @@ def memory_positions_2d(image_shape, query_shape, memory_flange, masked):
         indexing="ij",
     )
     rows, columns = memory_pixels_2d(
-        *(ops.reshape(x, [-1]) for x in grid), query_shape, memory_flange, masked
+        *(ops.reshape(x, [-1]) for x in grid), query_shape, memory_flange, causal
     )
-    inside = inside_image(rows, columns, image_shape)
+    inside = inside_image(rows, columns, grid_shape)
     return ops.where(inside, rows * width + columns, height * width)
 
 
-def inside_image(rows, columns, image_shape):
-    """Whether pixels `(rows, columns)` lie in an image of `image_shape`."""
-    height, width = image_shape
+def inside_image(rows, columns, grid_shape):
+    """Whether pixels `(rows, columns)` lie in a `grid_shape` `(height, width)` image."""
+    height, width = grid_shape
     return ops.logical_and(
         ops.logical_and(rows >= 0, rows < height), ops.logical_and(columns >= 0, columns < width)
     )
 
 
-def extract_memory_2d(image, query_shape, memory_flange, masked):
+def extract_memory_2d(image, query_shape, memory_flange, causal):
     """The memory of every query block.
 
     One gather from the flattened image (as tensor2tensor's 2D local
@@ -211,15 +220,15 @@ def extract_memory_2d(image, query_shape, memory_flange, masked):
             to multiples of `query_shape`); positions outside it read as zeros.
         query_shape: `(qh, qw)`.
         memory_flange: `(fh, fw)`.
-        masked: whether to cut the masked memory (rows above and columns to the
-            left) or the unmasked centred window.
+        causal: whether to cut the causal memory (rows above and columns to the
+            left) or the centred window.
 
     Returns:
         `[batch, num_blocks, memory_length, ...]`, blocks in raster order,
         memory positions in the order of `memory_offsets_2d`.
     """
-    image_shape = (image.shape[1], image.shape[2])
-    positions = memory_positions_2d(image_shape, query_shape, memory_flange, masked)
+    grid_shape = (image.shape[1], image.shape[2])
+    positions = memory_positions_2d(grid_shape, query_shape, memory_flange, causal)
     return gather_pixels(image, positions)
 
 
@@ -243,47 +252,47 @@ def gather_pixels(image, positions):
     return ops.reshape(gathered, [-1] + list(positions.shape) + rest)
 
 
-def masked_memory_mask_2d(query_shape, memory_flange):
-    """`[qh * qw, memory_length]`: which masked memory entries each query may see.
+def causal_memory_mask_2d(query_shape, memory_flange):
+    """`[qh * qw, memory_length]`: which causal memory entries each query may see.
 
     Everything outside the query's own block is in the past in block-raster
     order; inside the block, keys up to the query in raster order.
     """
     query_height, query_width = query_shape
-    dy, dx = memory_offsets_2d(query_shape, memory_flange, masked=True)
+    dy, dx = memory_offsets_2d(query_shape, memory_flange, causal=True)
     query = ops.arange(query_height * query_width, dtype="int32")[:, None]
     outside_block = ops.logical_or(dy < 0, dx < 0)[None, :]
     not_after = (dy * query_width + dx)[None, :] <= query
     return ops.logical_or(outside_block, not_after)
 
 
-def memory_validity_2d(image_shape, query_shape, memory_flange, masked, key_mask=None):
+def memory_validity_2d(grid_shape, query_shape, memory_flange, causal, key_mask=None):
     """Which memory entries are pixels of the image (and not padding).
 
     Args:
-        image_shape: the `(height, width)` of the image.
-        query_shape, memory_flange, masked: as in `extract_memory_2d`.
+        grid_shape: the `(height, width)` of the image.
+        query_shape, memory_flange, causal: as in `extract_memory_2d`.
         key_mask: optional `[batch, height, width]` padding mask.
 
     Returns:
         Boolean `[1 or batch, num_blocks, memory_length]`.
     """
-    positions = memory_positions_2d(image_shape, query_shape, memory_flange, masked)
-    return pixel_validity(positions, image_shape, key_mask)
+    positions = memory_positions_2d(grid_shape, query_shape, memory_flange, causal)
+    return pixel_validity(positions, grid_shape, key_mask)
 
 
-def pixel_validity(positions, image_shape, key_mask=None):
+def pixel_validity(positions, grid_shape, key_mask=None):
     """Which raster `positions` are pixels of the image (and not padding).
 
     Args:
         positions: int32 tensor, `height * width` for outside pixels.
-        image_shape: the `(height, width)` of the image.
+        grid_shape: the `(height, width)` of the image.
         key_mask: optional `[batch, height, width]` padding mask.
 
     Returns:
         Boolean `[1 or batch] + positions.shape`.
     """
-    height, width = image_shape
+    height, width = grid_shape
     inside = (positions < height * width)[None]
     if key_mask is None:
         return inside

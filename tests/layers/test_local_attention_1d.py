@@ -61,25 +61,43 @@ def numpy(x):
     ],
 )
 def test_equals_dense_attention_with_local_mask(length, block_length, filter_width, masked):
-    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width, use_causal_mask=masked)
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width)
     x = inputs(length)
     expected = dense_reference(
         layer, x, local_mask(length, block_length, filter_width, masked)[None]
     )
-    np.testing.assert_allclose(numpy(layer(x)), expected, atol=1e-5)
+    np.testing.assert_allclose(numpy(layer(x, use_causal_mask=masked)), expected, atol=1e-5)
+
+
+def test_one_layer_called_with_and_without_the_causal_mask():
+    """The flange is the unmasked memory; the causal call reads the previous block."""
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length=3, filter_width=2)
+    x = inputs(11)
+    unmasked = numpy(layer(x, use_causal_mask=False))
+    causal = numpy(layer(x, use_causal_mask=True))
+    default = numpy(layer(x))
+    np.testing.assert_allclose(
+        unmasked, dense_reference(layer, x, local_mask(11, 3, 2, False)[None]), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        causal, dense_reference(layer, x, local_mask(11, 3, 0, True)[None]), atol=1e-5
+    )
+    np.testing.assert_array_equal(default, unmasked)
 
 
 @pytest.mark.parametrize(
     "block_length, filter_width, masked", [(3, 0, True), (3, 2, False)], ids=["masked", "unmasked"]
 )
 def test_input_gradient_equals_dense_attention_gradient(block_length, filter_width, masked):
-    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width, use_causal_mask=masked)
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, filter_width)
     x = inputs(11)
     dense = dense_twin(layer, x)
     mask = local_mask(11, block_length, filter_width, masked)[None]
     weights = np.random.default_rng(4).normal(size=(2, 11, FEATURES))
 
-    (local_gradient,) = backend_gradients(lambda y: ops.sum(layer(y) * weights), [x])
+    (local_gradient,) = backend_gradients(
+        lambda y: ops.sum(layer(y, use_causal_mask=masked) * weights), [x]
+    )
     (dense_gradient,) = backend_gradients(
         lambda y: ops.sum(dense(y, y, attention_mask=mask) * weights), [x]
     )
@@ -89,13 +107,13 @@ def test_input_gradient_equals_dense_attention_gradient(block_length, filter_wid
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
 def test_padding_masks_are_respected(masked):
     length, block_length = 10, 3
-    layer = LocalAttention1D(
-        HEADS, KEY_DIM, block_length, 0 if masked else 2, use_causal_mask=masked
-    )
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, 0 if masked else 2)
     x = inputs(length)
     lengths = np.array([10, 6])
     padding = np.arange(length)[None] < lengths[:, None]
-    output = numpy(layer(x, x, query_mask=padding, value_mask=padding))
+    output = numpy(
+        layer(x, x, query_mask=padding, value_mask=padding, use_causal_mask=masked)
+    )
     mask = (
         local_mask(length, block_length, layer.filter_width, masked)[None]
         & padding[:, None, :]
@@ -107,10 +125,12 @@ def test_padding_masks_are_respected(masked):
 def test_keras_mask_of_the_input_is_used():
     tokens = np.array([[3, 1, 4, 1, 5, 9, 2], [6, 5, 3, 0, 0, 0, 0]])
     embedded = keras.layers.Embedding(10, FEATURES, mask_zero=True)(tokens)
-    layer = LocalAttention1D(HEADS, KEY_DIM, 2, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 2)
     padding = tokens != 0
-    with_keras_mask = numpy(layer(embedded))
-    explicit = numpy(layer(embedded, embedded, query_mask=padding, value_mask=padding))
+    with_keras_mask = numpy(layer(embedded, use_causal_mask=True))
+    explicit = numpy(
+        layer(embedded, embedded, query_mask=padding, value_mask=padding, use_causal_mask=True)
+    )
     np.testing.assert_allclose(with_keras_mask, explicit, atol=1e-6)
 
 
@@ -118,8 +138,8 @@ def test_keras_mask_of_the_input_is_used():
 def test_a_block_covering_the_input_is_global_attention(block_length):
     x = inputs(9)
     for masked in (True, False):
-        layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=masked)
-        output = numpy(layer(x))
+        layer = LocalAttention1D(HEADS, KEY_DIM, block_length)
+        output = numpy(layer(x, use_causal_mask=masked))
         dense = MultiHeadAttention(HEADS, KEY_DIM)
         dense(x, x)
         dense.set_weights(layer.get_weights())
@@ -140,20 +160,22 @@ def test_distinct_key_and_value_inputs():
 
 @pytest.mark.parametrize("block_length", [1, 3, 4])
 def test_changing_a_later_position_changes_no_earlier_output(block_length):
-    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length)
     x = inputs(10)
-    before = numpy(layer(x))
+    before = numpy(layer(x, use_causal_mask=True))
     for position in (0, 4, 9):
         changed = x.copy()
         changed[:, position] += 3.0
-        after = numpy(layer(changed))
+        after = numpy(layer(changed, use_causal_mask=True))
         np.testing.assert_array_equal(after[:, :position], before[:, :position])
         assert not np.allclose(after[:, position], before[:, position])
 
 
 def cached_loop(layer, x, max_length, steps=1, step_function=None):
     step_function = step_function or (
-        lambda x, cache, index: layer(x, cache=cache, cache_update_index=index)
+        lambda x, cache, index: layer(
+            x, cache=cache, cache_update_index=index, use_causal_mask=True
+        )
     )
     cache = np.zeros((x.shape[0], 2, max_length, HEADS, KEY_DIM), "float32")
     outputs = []
@@ -167,22 +189,28 @@ def cached_loop(layer, x, max_length, steps=1, step_function=None):
     "length, block_length, max_length", [(10, 3, 10), (8, 4, 12), (7, 8, 7), (9, 2, 9)]
 )
 def test_cached_loop_equals_full_masked_pass(length, block_length, max_length):
-    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length)
     x = inputs(length)
-    np.testing.assert_allclose(cached_loop(layer, x, max_length), numpy(layer(x)), atol=1e-5)
+    full = numpy(layer(x, use_causal_mask=True))
+    np.testing.assert_allclose(cached_loop(layer, x, max_length), full, atol=1e-5)
 
 
 def test_cached_steps_of_several_positions():
-    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3)
     x = inputs(12)
-    np.testing.assert_allclose(cached_loop(layer, x, 12, steps=4), numpy(layer(x)), atol=1e-5)
+    full = numpy(layer(x, use_causal_mask=True))
+    np.testing.assert_allclose(cached_loop(layer, x, 12, steps=4), full, atol=1e-5)
 
 
 def test_compiled_cached_step_with_tensor_index():
-    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3)
     x = inputs(10)
-    full = numpy(layer(x))
-    step = jit(lambda x, cache, index: layer(x, cache=cache, cache_update_index=index))
+    full = numpy(layer(x, use_causal_mask=True))
+    step = jit(
+        lambda x, cache, index: layer(
+            x, cache=cache, cache_update_index=index, use_causal_mask=True
+        )
+    )
     looped = cached_loop(
         layer,
         x,
@@ -195,9 +223,10 @@ def test_compiled_cached_step_with_tensor_index():
 def test_layer_helper_masked_with_value(tmp_path):
     run_layer_test(
         LocalAttention1D,
-        dict(num_heads=HEADS, key_dim=KEY_DIM, block_length=3, use_causal_mask=True),
+        dict(num_heads=HEADS, key_dim=KEY_DIM, block_length=3),
         {"query": inputs(7), "value": inputs(7, seed=1)},
         tmp_path,
+        call_kwargs={"use_causal_mask": True},
     )
 
 
@@ -219,14 +248,11 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
 
 
 def test_config_round_trip_keeps_local_arguments():
-    layer = LocalAttention1D(HEADS, KEY_DIM, 5, 2, use_causal_mask=False, name="local")
+    layer = LocalAttention1D(HEADS, KEY_DIM, 5, 2, name="local")
     config = layer.get_config()
-    assert (config["block_length"], config["filter_width"], config["use_causal_mask"]) == (
-        5,
-        2,
-        False,
-    )
-    assert "attention_axes" not in config and "sliding_window" not in config
+    assert (config["block_length"], config["filter_width"]) == (5, 2)
+    for absent in ("use_causal_mask", "attention_axes", "sliding_window", "flash_attention"):
+        assert absent not in config
     assert LocalAttention1D.from_config(config).get_config() == config
 
 
@@ -239,35 +265,72 @@ def test_config_round_trip_keeps_local_arguments():
         (dict(block_length=True), "block_length"),
         (dict(block_length=4, filter_width=-1), "filter_width"),
         (dict(block_length=4, filter_width=1.0), "filter_width"),
-        (dict(block_length=4, filter_width=2, use_causal_mask=True), "filter_width"),
-        (dict(block_length=4, use_causal_mask="yes"), "use_causal_mask"),
+        (dict(block_length=4, use_causal_mask=True), "use_causal_mask"),
+        (dict(block_length=4, flash_attention=True), "flash_attention"),
+        (dict(block_length=4, flash_attention=False), "flash_attention"),
+        (dict(block_length=4, num_heads=True), "num_heads"),
+        (dict(block_length=4, key_dim=0), "key_dim"),
+        (dict(block_length=4, value_dim=False), "value_dim"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, argument):
+    kwargs = {"num_heads": HEADS, "key_dim": KEY_DIM, **kwargs}
     with pytest.raises(ValueError, match=f"`{argument}`"):
-        LocalAttention1D(HEADS, KEY_DIM, **kwargs)
+        LocalAttention1D(**kwargs)
 
 
 def test_bad_call_arguments():
-    layer = LocalAttention1D(HEADS, KEY_DIM, 4, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4)
     with pytest.raises(ValueError, match="`query` must have rank 3"):
         layer(np.zeros((2, 3, 4, FEATURES), "float32"))
     with pytest.raises(ValueError, match="`query` must have rank 3"):
         layer.build((2, FEATURES))
     with pytest.raises(ValueError, match="one length"):
         layer(inputs(6), inputs(5))
-    with pytest.raises(ValueError, match="`use_causal_mask` is fixed"):
-        layer(inputs(6), use_causal_mask=False)
-    cache = np.zeros((2, 2, 6, HEADS, KEY_DIM), "float32")
-    with pytest.raises(ValueError, match="`cache_update_index`"):
-        layer(inputs(1), cache=cache)
-    with pytest.raises(ValueError, match="`cache_update_index` must lie"):
-        layer(inputs(1), cache=cache, cache_update_index=6)
-    unmasked = LocalAttention1D(HEADS, KEY_DIM, 4)
-    with pytest.raises(ValueError, match="use_causal_mask=True"):
-        unmasked(inputs(1), cache=cache, cache_update_index=0)
-    with pytest.raises(ValueError, match="`query` must have 8 features"):
+    with pytest.raises(ValueError, match="`use_causal_mask` must be True or False"):
+        layer(inputs(6), use_causal_mask="yes")
+    with pytest.raises(ValueError, match="`query`.*8 features"):
         layer(np.zeros((2, 6, 3), "float32"))
+
+
+def test_cache_arguments_are_checked():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4)
+    cache = np.zeros((2, 2, 6, HEADS, KEY_DIM), "float32")
+    with pytest.raises(ValueError, match="A `cache` needs `use_causal_mask=True`"):
+        layer(inputs(1), cache=cache, cache_update_index=0)
+    with pytest.raises(ValueError, match="`cache_update_index`"):
+        layer(inputs(1), cache=cache, use_causal_mask=True)
+    with pytest.raises(ValueError, match="`cache_update_index` must lie"):
+        layer(inputs(1), cache=cache, cache_update_index=6, use_causal_mask=True)
+    with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
+        layer(inputs(6), cache_update_index=0)
+    step, padding = inputs(1), np.ones((2, 1), bool)
+    with pytest.raises(ValueError, match="`value_mask` and `key_mask`"):
+        layer(
+            step, step, value_mask=padding, cache=cache, cache_update_index=0, use_causal_mask=True
+        )
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["eager", "symbolic"])
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("attention_mask", np.ones((2, 6, 6), bool)),
+        ("attention_bias", np.zeros((2, HEADS, 6, 6), "float32")),
+        ("return_attention_scores", True),
+    ],
+)
+def test_arguments_block_attention_cannot_honour_raise(argument, value, symbolic):
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4)
+    x = keras.Input((6, FEATURES), batch_size=2) if symbolic else inputs(6)
+    with pytest.raises(ValueError, match=f"`{argument}` is not supported by LocalAttention1D"):
+        layer(x, **{argument: value})
+
+
+def test_removed_image_shape_argument():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 4)
+    with pytest.raises(TypeError, match="image_shape"):
+        layer(inputs(6), image_shape=(2, 3))
 
 
 def test_gate_and_value_dim_follow_multi_head_attention():
@@ -282,9 +345,10 @@ def test_gate_and_value_dim_follow_multi_head_attention():
 
 
 def test_functional_model_with_unknown_length():
-    layer = LocalAttention1D(HEADS, KEY_DIM, 3, use_causal_mask=True)
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3)
     sequence = keras.Input((None, FEATURES))
-    model = keras.Model(sequence, layer(sequence))
+    model = keras.Model(sequence, layer(sequence, use_causal_mask=True))
     for length in (5, 9):
         x = inputs(length)
-        np.testing.assert_allclose(model.predict(x, verbose=0), numpy(layer(x)), atol=1e-5)
+        expected = numpy(layer(x, use_causal_mask=True))
+        np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5)

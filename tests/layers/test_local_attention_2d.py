@@ -1,10 +1,11 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
-from keras_selfattn.ops.blocking_2d import padded_image_shape
+from keras_selfattn.ops.blocking_2d import padded_grid_shape
 from tests.layer_testing import jit, run_layer_test
 from tests.references import backend_gradients
 
@@ -74,7 +75,7 @@ def block_raster_order(height, width, query_shape):
     order; padding pixels are skipped, never generated.
     """
     qh, qw = query_shape
-    padded_height, padded_width = padded_image_shape(height, width, query_shape)
+    padded_height, padded_width = padded_grid_shape(height, width, query_shape)
     order, position = [], 0
     for block_row in range(padded_height // qh):
         for block_column in range(padded_width // qw):
@@ -101,9 +102,9 @@ CASES = [
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
 @pytest.mark.parametrize("height, width, query_shape, memory_flange", CASES)
 def test_equals_dense_attention_with_local_mask(height, width, query_shape, memory_flange, masked):
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=masked)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
     image = images(height, width)
-    output = numpy(layer(image))
+    output = numpy(layer(image, use_causal_mask=masked))
     mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
     np.testing.assert_allclose(output, dense_reference(layer, image, mask), atol=1e-5)
 
@@ -111,13 +112,15 @@ def test_equals_dense_attention_with_local_mask(height, width, query_shape, memo
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
 def test_input_gradient_equals_dense_attention_gradient(masked):
     height, width, query_shape, memory_flange = 5, 7, (2, 3), (1, 2)
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=masked)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
     image = images(height, width)
     dense = dense_twin(layer, image)
     mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
     weights = np.random.default_rng(4).normal(size=(2, height, width, CHANNELS))
 
-    (local_gradient,) = backend_gradients(lambda x: ops.sum(layer(x) * weights), [image])
+    (local_gradient,) = backend_gradients(
+        lambda x: ops.sum(layer(x, use_causal_mask=masked) * weights), [image]
+    )
     (dense_gradient,) = backend_gradients(
         lambda x: ops.sum(dense_image_attention(dense, x, mask) * weights), [image]
     )
@@ -129,8 +132,8 @@ def test_sub_pixel_positions_channels_folded_into_width():
     pixels = np.random.default_rng(1).integers(0, 256, size=(2, 4, 4, 3))
     embedded = (np.random.default_rng(2).normal(size=(256, CHANNELS)).astype("float32"))[pixels]
     sub_pixels = embedded.reshape(2, 4, 12, CHANNELS)
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 6), (1, 3), use_causal_mask=True)
-    output = numpy(layer(sub_pixels))
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 6), (1, 3))
+    output = numpy(layer(sub_pixels, use_causal_mask=True))
     mask = local_mask(4, 12, (2, 6), (1, 3), True)[None]
     np.testing.assert_allclose(output, dense_reference(layer, sub_pixels, mask), atol=1e-5)
 
@@ -138,10 +141,12 @@ def test_sub_pixel_positions_channels_folded_into_width():
 @pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
 def test_padding_masks_are_respected(masked):
     height, width, query_shape, flange = 5, 6, (2, 3), (1, 2)
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, flange, use_causal_mask=masked)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, flange)
     image = images(height, width)
     padding = np.random.default_rng(3).random((2, height, width)) > 0.25
-    output = numpy(layer(image, image, query_mask=padding, value_mask=padding))
+    output = numpy(
+        layer(image, image, query_mask=padding, value_mask=padding, use_causal_mask=masked)
+    )
     flat = padding.reshape(2, -1)
     mask = (
         local_mask(height, width, query_shape, flange, masked)[None]
@@ -154,14 +159,13 @@ def test_padding_masks_are_respected(masked):
 @pytest.mark.parametrize("query_shape", [(4, 5), (6, 8)])
 def test_a_block_covering_the_image_is_global_attention(query_shape):
     image = images(4, 5)
-    unmasked = LocalAttention2D(HEADS, KEY_DIM, query_shape)
-    output = numpy(unmasked(image))
-    np.testing.assert_allclose(output, dense_reference(unmasked, image, None), atol=1e-5)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape)
+    output = numpy(layer(image))
+    np.testing.assert_allclose(output, dense_reference(layer, image, None), atol=1e-5)
     # With one block, block-raster order is raster order: global causal attention.
-    masked = LocalAttention2D(HEADS, KEY_DIM, query_shape, use_causal_mask=True)
-    output = numpy(masked(image))
+    output = numpy(layer(image, use_causal_mask=True))
     causal = np.tril(np.ones((20, 20), bool))[None]
-    np.testing.assert_allclose(output, dense_reference(masked, image, causal), atol=1e-5)
+    np.testing.assert_allclose(output, dense_reference(layer, image, causal), atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -170,15 +174,15 @@ def test_a_block_covering_the_image_is_global_attention(query_shape):
 def test_changing_a_later_pixel_changes_no_earlier_output(
     height, width, query_shape, memory_flange
 ):
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=True)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
     image = images(height, width)
-    before = numpy(layer(image))
+    before = numpy(layer(image, use_causal_mask=True))
     order = block_raster_order(height, width, query_shape)
     for step in (0, len(order) // 3, len(order) - 1):
         row, column, _ = order[step]
         changed = image.copy()
         changed[:, row, column] += 3.0
-        after = numpy(layer(changed))
+        after = numpy(layer(changed, use_causal_mask=True))
         for earlier_row, earlier_column, _ in order[:step]:
             np.testing.assert_array_equal(
                 after[:, earlier_row, earlier_column], before[:, earlier_row, earlier_column]
@@ -191,10 +195,14 @@ def cached_loop(layer, image, step_function=None):
     height, width = image.shape[1:3]
     step_function = step_function or (
         lambda pixel, cache, index: layer(
-            pixel, cache=cache, cache_update_index=index, image_shape=(height, width)
+            pixel,
+            cache=cache,
+            cache_update_index=index,
+            grid_shape=(height, width),
+            use_causal_mask=True,
         )
     )
-    padded = padded_image_shape(height, width, layer.query_shape)
+    padded = padded_grid_shape(height, width, layer.query_shape)
     cache = np.zeros((image.shape[0], 2, padded[0] * padded[1], HEADS, KEY_DIM), "float32")
     outputs = np.zeros(image.shape[:3] + (image.shape[-1],), "float32")
     for row, column, position in block_raster_order(height, width, layer.query_shape):
@@ -208,18 +216,19 @@ def cached_loop(layer, image, step_function=None):
     [(4, 6, (2, 3), (1, 2)), (5, 7, (2, 3), (2, 4)), (3, 4, (3, 4), (0, 0))],
 )
 def test_cached_loop_equals_full_masked_pass(height, width, query_shape, memory_flange):
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, use_causal_mask=True)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
     image = images(height, width)
-    np.testing.assert_allclose(cached_loop(layer, image), numpy(layer(image)), atol=1e-5)
+    full = numpy(layer(image, use_causal_mask=True))
+    np.testing.assert_allclose(cached_loop(layer, image), full, atol=1e-5)
 
 
 def test_compiled_cached_step_with_tensor_index():
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), use_causal_mask=True)
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2))
     image = images(4, 5)
-    full = numpy(layer(image))
+    full = numpy(layer(image, use_causal_mask=True))
     step = jit(
         lambda pixel, cache, index: layer(
-            pixel, cache=cache, cache_update_index=index, image_shape=(4, 5)
+            pixel, cache=cache, cache_update_index=index, grid_shape=(4, 5), use_causal_mask=True
         )
     )
     looped = cached_loop(
@@ -238,10 +247,10 @@ def test_layer_helper_masked_with_value(tmp_path):
             key_dim=KEY_DIM,
             query_shape=(2, 3),
             memory_flange=(1, 2),
-            use_causal_mask=True,
         ),
         {"query": images(3, 5), "value": images(3, 5, seed=1)},
         tmp_path,
+        call_kwargs={"use_causal_mask": True},
     )
 
 
@@ -263,10 +272,10 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
 
 
 def test_config_round_trip_keeps_local_arguments():
-    layer = LocalAttention2D(HEADS, KEY_DIM, [8, 32], [8, 16], use_causal_mask=True)
+    layer = LocalAttention2D(HEADS, KEY_DIM, [8, 32], [8, 16])
     config = layer.get_config()
     assert config["query_shape"] == (8, 32) and config["memory_flange"] == (8, 16)
-    assert config["use_causal_mask"] is True
+    assert "use_causal_mask" not in config and "flash_attention" not in config
     assert LocalAttention2D.from_config(config).get_config() == config
 
 
@@ -280,6 +289,10 @@ def test_config_round_trip_keeps_local_arguments():
         (dict(query_shape=(2, 2, 2)), "query_shape"),
         (dict(query_shape=(2, 2), memory_flange=(-1, 0)), "memory_flange"),
         (dict(query_shape=(2, 2), memory_flange=(1, 0.5)), "memory_flange"),
+        (dict(query_shape=(True, 2)), "query_shape"),
+        (dict(query_shape=(2, 2), memory_flange=(False, 1)), "memory_flange"),
+        (dict(query_shape=(2, 2), use_causal_mask=True), "use_causal_mask"),
+        (dict(query_shape=(2, 2), flash_attention=True), "flash_attention"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, argument):
@@ -288,7 +301,7 @@ def test_bad_constructor_arguments(kwargs, argument):
 
 
 def test_bad_call_arguments():
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), use_causal_mask=True)
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))
     with pytest.raises(ValueError, match="`query` must have rank 4"):
         layer(np.zeros((2, 9, CHANNELS), "float32"))
     with pytest.raises(ValueError, match="`query` must have rank 4"):
@@ -297,20 +310,64 @@ def test_bad_call_arguments():
         LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 5))(images(6, 4))
     with pytest.raises(ValueError, match="one image size"):
         layer(images(4, 4), images(4, 5))
-    cache = np.zeros((2, 2, 16, HEADS, KEY_DIM), "float32")
-    with pytest.raises(ValueError, match="pass `image_shape="):
-        layer(images(1, 1), cache=cache, cache_update_index=0)
+    with pytest.raises(ValueError, match="`use_causal_mask` must be True or False"):
+        layer(images(4, 4), use_causal_mask=1)
+    with pytest.raises(ValueError, match="`grid_shape` is for a cached step"):
+        layer(images(4, 4), grid_shape=(4, 4))
+    with pytest.raises(TypeError, match="image_shape"):
+        layer(images(4, 4), image_shape=(4, 4, CHANNELS))
+
+
+def test_cache_arguments_are_checked():
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))
+    pixel, cache = images(1, 1), np.zeros((2, 2, 16, HEADS, KEY_DIM), "float32")
+    causal = {"cache": cache, "cache_update_index": 0, "use_causal_mask": True}
+    with pytest.raises(ValueError, match="pass `grid_shape="):
+        layer(pixel, **causal)
     with pytest.raises(ValueError, match="one pixel"):
-        layer(images(2, 2), cache=cache, cache_update_index=0, image_shape=(4, 4))
+        layer(images(2, 2), grid_shape=(4, 4), **causal)
     with pytest.raises(ValueError, match="block-raster positions"):
-        layer(images(1, 1), cache=cache, cache_update_index=0, image_shape=(5, 4))
-    unmasked = LocalAttention2D(HEADS, KEY_DIM, (2, 2))
-    with pytest.raises(ValueError, match="use_causal_mask=True"):
-        unmasked(images(1, 1), cache=cache, cache_update_index=0, image_shape=(4, 4))
+        layer(pixel, grid_shape=(5, 4), **causal)
+    with pytest.raises(ValueError, match="`grid_shape` must be a pair of positive integers"):
+        layer(pixel, grid_shape=(4, True), **causal)
+    with pytest.raises(ValueError, match="A `cache` needs `use_causal_mask=True`"):
+        layer(pixel, cache=cache, cache_update_index=0, grid_shape=(4, 4))
+    with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
+        layer(images(4, 4), cache_update_index=0)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["eager", "symbolic"])
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("attention_mask", np.ones((2, 16, 16), bool)),
+        ("attention_bias", np.zeros((2, HEADS, 16, 16), "float32")),
+        ("return_attention_scores", True),
+    ],
+)
+def test_arguments_block_attention_cannot_honour_raise(argument, value, symbolic):
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))
+    image = keras.Input((4, 4, CHANNELS), batch_size=2) if symbolic else images(4, 4)
+    with pytest.raises(ValueError, match=f"`{argument}` is not supported by LocalAttention2D"):
+        layer(image, **{argument: value})
+
+
+def test_one_layer_called_with_and_without_the_causal_mask():
+    height, width, query_shape, flange = 5, 7, (2, 3), (1, 2)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, flange)
+    image = images(height, width)
+    for causal in (False, True):
+        mask = local_mask(height, width, query_shape, flange, causal)[None]
+        np.testing.assert_allclose(
+            numpy(layer(image, use_causal_mask=causal)),
+            dense_reference(layer, image, mask),
+            atol=1e-5,
+        )
+    np.testing.assert_array_equal(
+        numpy(layer(image)), numpy(layer(image, use_causal_mask=False))
+    )
 
 
 def test_symbolic_call_checks_the_flange():
-    import keras
-
     with pytest.raises(ValueError, match="`memory_flange`"):
         LocalAttention2D(HEADS, KEY_DIM, (2, 2), (3, 1))(keras.Input((2, 4, CHANNELS)))

@@ -19,7 +19,7 @@ from keras_selfattn.ops.blocking_2d import (
     check_divisible,
     extract_memory_2d,
     image_to_blocks,
-    masked_memory_mask_2d,
+    causal_memory_mask_2d,
     memory_offsets_2d,
     memory_validity_2d,
     pad_image_to_blocks,
@@ -89,14 +89,14 @@ def test_window_validity_and_positions(left, right):
     relative = numpy(window_relative_positions(block_length, left, right))
     causal = numpy(causal_window_mask(block_length, left, right))
     key_mask = np.random.default_rng(2).random((2, length)) > 0.3
-    masked_validity = numpy(window_validity(length, 12, block_length, left, right, key_mask))
+    padded_validity = numpy(window_validity(length, 12, block_length, left, right, key_mask))
     for b in range(3):
         for j in range(left + block_length + right):
             key = b * block_length - left + j
             real = 0 <= key < length
             assert validity[b, j] == real
             np.testing.assert_array_equal(
-                masked_validity[:, b, j], real and key_mask[:, key] if real else False
+                padded_validity[:, b, j], real and key_mask[:, key] if real else False
             )
             for i in range(block_length):
                 query = b * block_length + i
@@ -200,19 +200,19 @@ def test_block_raster_helpers_reject_partial_blocks():
     assert pad_image_to_blocks(np.zeros((1, 3, 5, 2)), (2, 2)).shape == (1, 4, 6, 2)
 
 
-@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "not-causal"])
 @pytest.mark.parametrize(
     "query_shape, memory_flange", [((2, 3), (1, 2)), ((2, 2), (3, 1)), ((1, 4), (0, 5))]
 )
 @pytest.mark.parametrize("height, width", [(4, 12), (5, 11)], ids=["tiled", "partial-blocks"])
-def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, masked, height, width):
+def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, causal, height, width):
     image = np.random.default_rng(5).normal(size=(1, height, width, 2)).astype("float32")
-    memory = numpy(extract_memory_2d(image, query_shape, memory_flange, masked))[0]
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, masked))
+    memory = numpy(extract_memory_2d(image, query_shape, memory_flange, causal=causal))[0]
+    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, causal=causal))
     qh, qw = query_shape
     fh, fw = memory_flange
     expected_length = (
-        (qh + 2 * fh) * (qw + 2 * fw) if not masked else fh * (qw + 2 * fw) + qh * (qw + fw)
+        (qh + 2 * fh) * (qw + 2 * fw) if not causal else fh * (qw + 2 * fw) + qh * (qw + fw)
     )
     assert memory.shape[1] == len(dy) == expected_length
     blocks_per_row = -(-width // qw)
@@ -228,9 +228,9 @@ def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, masked, hei
 
 
 @pytest.mark.parametrize("query_shape, memory_flange", [((2, 3), (1, 2)), ((3, 2), (0, 0))])
-def test_masked_memory_mask_2d_follows_block_raster_order(query_shape, memory_flange):
-    mask = numpy(masked_memory_mask_2d(query_shape, memory_flange))
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, True))
+def test_causal_memory_mask_2d_follows_block_raster_order(query_shape, memory_flange):
+    mask = numpy(causal_memory_mask_2d(query_shape, memory_flange))
+    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, causal=True))
     qh, qw = query_shape
     for query in range(qh * qw):
         r, c = divmod(query, qw)
@@ -241,10 +241,10 @@ def test_masked_memory_mask_2d_follows_block_raster_order(query_shape, memory_fl
 
 
 def test_memory_validity_2d_masks_padding_and_outside():
-    image_shape, query_shape, flange = (3, 5), (2, 3), (1, 2)
+    grid_shape, query_shape, flange = (3, 5), (2, 3), (1, 2)
     key_mask = np.random.default_rng(6).random((2, 3, 5)) > 0.3
-    validity = numpy(memory_validity_2d(image_shape, query_shape, flange, True, key_mask))
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, flange, True))
+    validity = numpy(memory_validity_2d(grid_shape, query_shape, flange, True, key_mask))
+    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, flange, causal=True))
     for block in range(4):
         top, left = (block // 2) * 2, (block % 2) * 3
         for m in range(len(dy)):
