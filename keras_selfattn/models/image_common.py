@@ -114,12 +114,11 @@ def decoder_attention(config):
         dropout=config["dropout"],
     )
     if config["attention"] == "local_1d":
-        return LocalAttention1D(block_length=config["block_length"], use_causal_mask=True, **common)
+        return LocalAttention1D(block_length=config["block_length"], **common)
     if config["attention"] == "local_2d":
         return LocalAttention2D(
             query_shape=tuple(config["query_shape"]),
             memory_flange=tuple(config["memory_flange"]),
-            use_causal_mask=True,
             **common,
         )
     return MultiHeadAttention(**common)

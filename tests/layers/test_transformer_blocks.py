@@ -77,9 +77,9 @@ def test_decoder_block_matches_numpy_reference():
 
 ATTENTIONS = {
     "plain": lambda: MultiHeadAttention(2, 8),
-    "skew": lambda: RelativeMultiHeadAttention(2, 8, max_relative_position=4, causal=True),
+    "skew": lambda: RelativeMultiHeadAttention(2, 8, max_relative_position=4, causal_table=True),
     "shaw": lambda: RelativeMultiHeadAttention(2, 8, max_relative_position=3, relative_type="shaw"),
-    "local_1d": lambda: LocalAttention1D(2, 8, block_length=3, use_causal_mask=True),
+    "local_1d": lambda: LocalAttention1D(2, 8, block_length=3),
 }
 
 
@@ -102,7 +102,7 @@ def test_decoder_block_on_an_image_grid_matches_numpy_reference():
     # One query block covering the 3 x 4 image: masked 2D local attention is
     # then causal attention over the pixels in raster order.
     block = TransformerDecoderBlock(
-        LocalAttention2D(2, 8, query_shape=(3, 4), memory_flange=(0, 0), use_causal_mask=True),
+        LocalAttention2D(2, 8, query_shape=(3, 4), memory_flange=(0, 0)),
         32,
         cross_attention=MultiHeadAttention(2, 8),
     )
@@ -148,7 +148,7 @@ def test_decoder_block_shared_checks(tmp_path):
     run_layer_test(
         TransformerDecoderBlock,
         lambda: dict(
-            self_attention=RelativeMultiHeadAttention(2, 8, max_relative_position=4, causal=True),
+            self_attention=RelativeMultiHeadAttention(2, 8, max_relative_position=4, causal_table=True),
             feedforward_dim=32,
             cross_attention=MultiHeadAttention(2, 8),
             norm_first=False,
