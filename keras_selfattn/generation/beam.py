@@ -1,10 +1,17 @@
 """Beam search over the translation decoder's cached steps (TensorFlow).
 
-tf-models-official's `sequence_beam_search` runs the search; it carries the
+tf-models-official's `SequenceBeamSearch` runs the search; it carries the
 per-beam state as a dict of float tensors `[batch * beam, ...]` whose last
 axis it keeps static. The caches and encoder outputs travel flattened to
 `[batch, features]` and get their static shapes back inside each step, so the
 layers see the same shapes as in greedy decoding.
+
+The final choice differs from tf-models-official's in one way: hypotheses
+still alive at `max_length` (truncated, no EOS) compete with the finished
+ones under the same length-penalised score, as in greedy decoding, where a
+translation may also run to `max_length`. tf-models-official returns them
+only when nothing finished, so a one-token EOS translation could win over a
+better truncated one.
 """
 
 import math
@@ -30,15 +37,14 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     changed = {
         name: value
         for name, value in sampling.items()
-        if value != {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": None}[name]
+        if value != {"temperature": 0.0, "top_k": 0, "top_p": 1.0}[name]
     }
     if changed:
         raise ValueError(
-            "Beam search is deterministic: with `beam_size` > 1 leave `temperature=0`, "
-            f"`top_k=0`, `top_p=1.0` and `seed=None`. Received: beam_size={beam_size}, {changed}"
+            "Beam search does not sample: with `beam_size` > 1 leave `temperature=0`, "
+            f"`top_k=0` and `top_p=1.0`. Received: beam_size={beam_size}, {changed}"
         )
     import tensorflow as tf
-    from official.nlp.modeling.ops.beam_search import sequence_beam_search
 
     batch_size = encoder_outputs.shape[0]
     padded_decode = batch_size is not None  # static shapes, as XLA needs
@@ -47,7 +53,8 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     caches = initial_caches(layers, batch_size, max_length)
     cache_shape = tuple(caches[0].shape[1:])
     compute_dtype = caches[0].dtype
-    source_length = tf.shape(encoder_outputs)[1]
+    source_length = encoder_outputs.shape[1] or tf.shape(encoder_outputs)[1]
+    rows = batch_size * beam_size if padded_decode else -1  # static when it can be
     width = encoder_outputs.shape[-1]
     state = {
         "caches": [_flat(cache) for cache in caches],
@@ -56,8 +63,8 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     }
 
     def symbols_to_logits(ids, index, state):
-        caches = [tf.cast(tf.reshape(c, (-1,) + cache_shape), compute_dtype) for c in state["caches"]]
-        encoded = tf.reshape(state["encoder_outputs"], (-1, source_length, width))
+        caches = [tf.cast(tf.reshape(c, (rows,) + cache_shape), compute_dtype) for c in state["caches"]]
+        encoded = tf.reshape(state["encoder_outputs"], (rows, source_length, width))
         logits, caches = decoder_logits(
             layers,
             ids[:, -1:],
@@ -68,10 +75,8 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
         )
         return logits[:, -1], dict(state, caches=[_flat(cache) for cache in caches])
 
-    sequences, _ = sequence_beam_search(
+    search = _truncated_hypotheses_compete()(
         symbols_to_logits,
-        initial_ids=tf.zeros((batch_size,), "int32"),
-        initial_cache=state,
         vocab_size=layers["logits"].units,
         beam_size=beam_size,
         alpha=float(alpha),
@@ -80,7 +85,8 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
         padded_decode=padded_decode,
         dtype="float32",
     )
-    best = sequences[:, 0, 1:]  # drop the start token
+    best, _ = search.search(tf.zeros((batch_size,), "int32"), state)
+    best = best[:, 1:]  # drop the start token
     best = tf.pad(best, [[0, 0], [0, max_length - tf.shape(best)[1]]])
     return _pad_after_eos(tf.reshape(best, (-1, max_length)), eos_id)
 
@@ -99,3 +105,33 @@ def _pad_after_eos(tokens, eos_id):
     is_eos = ops.cast(ops.equal(tokens, eos_id), "int32")
     after_eos = ops.cumsum(is_eos, axis=1) - is_eos > 0
     return ops.where(after_eos, 0, tokens)
+
+
+def _truncated_hypotheses_compete():
+    """`SequenceBeamSearch` whose result is the best of the finished and the
+    still-alive hypotheses: `([batch, length] ids, [batch] scores)`."""
+    import tensorflow as tf
+    from official.nlp.modeling.ops import beam_search
+
+    keys = beam_search._StateKeys  # pylint: disable=protected-access
+
+    class BeamSearch(beam_search.SequenceBeamSearch):
+        def _process_finished_state(self, finished_state):
+            # Alive hypotheses scored as if they ended at `max_decode_length`:
+            # when the search stopped early, that bound is below every
+            # finished score, so they cannot win.
+            length_penalty = ((5.0 + self.max_decode_length) / 6.0) ** self.alpha
+            alive_scores = finished_state[keys.ALIVE_LOG_PROBS] / length_penalty
+            finished_scores = tf.where(
+                finished_state[keys.FINISHED_FLAGS],
+                finished_state[keys.FINISHED_SCORES],
+                -beam_search.inf(self.dtype),
+            )
+            scores = tf.concat([finished_scores, alive_scores], axis=1)
+            sequences = tf.concat(
+                [finished_state[keys.FINISHED_SEQ], finished_state[keys.ALIVE_SEQ]], axis=1
+            )
+            best = tf.argmax(scores, axis=1, output_type=tf.int32)
+            return tf.gather(sequences, best, batch_dims=1), tf.reduce_max(scores, axis=1)
+
+    return BeamSearch

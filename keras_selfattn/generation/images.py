@@ -3,6 +3,7 @@
 import numpy as np
 from keras import ops
 
+from keras_selfattn.generation.execution import graph_when_eager
 from keras_selfattn.generation.families import ImageModel
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
@@ -18,6 +19,7 @@ from keras_selfattn.models.image_decoding import (
 )
 
 
+@graph_when_eager
 def sample_images(
     model,
     batch_size=None,

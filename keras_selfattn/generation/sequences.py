@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_selfattn.generation.execution import graph_when_eager
 from keras_selfattn.generation.families import (
     decoder_only_layers,
     maximum_length,
@@ -18,6 +19,7 @@ from keras_selfattn.models.decoding import decoder_logits, encode, initial_cache
 START_ID = 0
 
 
+@graph_when_eager
 def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0, top_p=1.0, seed=None):
     """Continues each primer with `max_new_tokens` tokens of a decoder-only model.
 
@@ -86,6 +88,7 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
     return tokens
 
 
+@graph_when_eager
 def translate_tokens(
     model,
     source_tokens,
@@ -118,7 +121,7 @@ def translate_tokens(
             search takes no sampling settings.
         top_k: sample among the `top_k` most likely tokens; 0 = all.
         top_p: sample from the nucleus of probability `top_p`; 1.0 = all.
-        seed: an int or int32 scalar tensor (sampling only).
+        seed: an int or int32 scalar tensor; used only when sampling.
 
     Returns:
         int32 `[batch, max_length]` target tokens without the start token;
@@ -156,7 +159,7 @@ def translate_tokens(
 
         return beam_search(
             layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
-            sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+            sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p),
         )
     seed = resolve_seed(seed)
     batch_size = ops.shape(source_tokens)[0]

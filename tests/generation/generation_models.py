@@ -56,7 +56,7 @@ def sharpen(model, factor=6.0):
 def greedy_music(model, primer, max_new_tokens):
     tokens = np.asarray(primer)
     for _ in range(max_new_tokens):
-        logits = np.asarray(model(tokens))
+        logits = model.predict_on_batch(tokens)
         tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
     return tokens
 
@@ -66,7 +66,7 @@ def greedy_translation(model, source, max_length, eos_id=1):
     target = np.zeros((batch, 1), "int32")  # the start token 0
     finished = np.zeros(batch, bool)
     for _ in range(max_length):
-        logits = np.asarray(model({"source_tokens": source, "target_tokens": target}))
+        logits = model.predict_on_batch({"source_tokens": source, "target_tokens": target})
         chosen = np.where(finished, 0, logits[:, -1].argmax(-1))
         finished |= chosen == eos_id
         target = np.concatenate([target, chosen[:, None]], axis=1)
@@ -127,7 +127,7 @@ def greedy_image(model, attention, head, batch, extra_inputs=None, known_pixels=
     for row, column in generation_order(attention, head):
         if row < known_rows:
             continue
-        outputs = np.asarray(model({"pixels": canvas, **(extra_inputs or {})}))
+        outputs = model.predict_on_batch({"pixels": canvas, **(extra_inputs or {})})
         for b in range(batch):
             if head == "dmol":
                 canvas[b, row, column] = dmol_mode(outputs[b, row, column])

@@ -1,0 +1,34 @@
+"""Eager calls on TensorFlow run the generation loop as one graph."""
+
+import functools
+
+import keras
+import numpy as np
+
+
+def graph_when_eager(function):
+    """Runs `function` as a `tf.function` when it is called eagerly on TensorFlow.
+
+    A while loop of eager steps dispatches every op from Python; as a graph
+    the loop runs in TensorFlow. One trace per model, input shapes and
+    settings is kept and reused (the seed travels as a tensor, so a new seed
+    does not retrace). Inside `tf.function`, `jax.jit`, or on other backends
+    `function` runs as it is.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return function
+    import tensorflow as tf
+
+    graph = tf.function(function, autograph=False)
+
+    @functools.wraps(function)
+    def wrapper(*args, seed=None, **kwargs):
+        if not tf.executing_eagerly():
+            return function(*args, seed=seed, **kwargs)
+        if seed is None:
+            seed = np.random.randint(0, 2**31 - 1)
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and 0 <= seed < 2**31:
+            seed = tf.constant(seed, "int32")
+        return graph(*args, seed=seed, **kwargs)
+
+    return wrapper
