@@ -142,7 +142,7 @@ def translate_tokens(
     """
     layers = translation_layers(model)
     check_sampling_arguments(temperature, top_k, top_p)
-    source_tokens = _int_tokens("source_tokens", source_tokens)
+    source_tokens = _int_tokens("source_tokens", source_tokens, static_length=False)
     limit = maximum_length(layers)
     _check_count("max_length", max_length, limit)
     vocab_size = layers["logits"].units
@@ -184,12 +184,14 @@ def translate_tokens(
     return tokens[:, 1:]
 
 
-def _int_tokens(name, tokens):
+def _int_tokens(name, tokens, static_length=True):
     tokens = ops.convert_to_tensor(tokens)
     dtype = keras.backend.standardize_dtype(tokens.dtype)
-    if len(tokens.shape) != 2 or not tokens.shape[1] or "int" not in dtype:
+    length = tokens.shape[1] if len(tokens.shape) == 2 else 0
+    if "int" not in dtype or length == 0 or (static_length and length is None):
+        kind = "a static length >= 1" if static_length else "length >= 1"
         raise ValueError(
-            f"`{name}` must be integer tokens `[batch, length]` with a static length >= 1. "
+            f"`{name}` must be integer tokens `[batch, length]` with {kind}. "
             f"Received: {name}.shape={tuple(tokens.shape)}, dtype={dtype}"
         )
     return ops.cast(tokens, "int32")
