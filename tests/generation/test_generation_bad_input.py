@@ -1,0 +1,126 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens
+from keras_selfattn.layers import PositionEmbedding, TransformerDecoderBlock
+from keras_selfattn.layers import MultiHeadAttention
+from keras_selfattn.models.decoding import decoder_logits, output_layer
+from tests.generation.generation_models import (
+    IMAGE_SHAPE,
+    image_model,
+    music_model,
+    super_resolution_model,
+    translation_model,
+)
+
+PRIMER = np.array([[1, 2, 3]], "int32")
+SOURCE = np.array([[4, 5, 6]], "int32")
+
+
+def _positional_decoder(sequence_length=8):
+    """A decoder-only model with the layer names of `models.decoding` and a
+    learned position table of `sequence_length` rows."""
+    layers = {
+        "target_embedding": keras.layers.Embedding(10, 8, name="target_embedding"),
+        "target_position": PositionEmbedding(sequence_length, name="target_position"),
+        "decoder_block_0": TransformerDecoderBlock(MultiHeadAttention(2, 4), 16, name="decoder_block_0"),
+        "logits": output_layer(10),
+    }
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    return keras.Model(tokens, decoder_logits(layers, tokens))
+
+
+def test_a_decoder_following_the_layer_names_generates_within_its_length():
+    model = _positional_decoder()
+    assert continue_sequence(model, PRIMER, 5, seed=0).shape == (1, 8)
+    with pytest.raises(ValueError, match=r"`max_new_tokens` must be <= 5.*Received: max_new_tokens=6"):
+        continue_sequence(model, PRIMER, 6)
+    with pytest.raises(ValueError, match=r"`primer` is longer than the model's maximum length 8"):
+        continue_sequence(model, np.ones((1, 9), "int32"), 1)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(temperature=-0.5), r"`temperature` must be a finite number >= 0.*temperature=-0.5"),
+        (dict(top_k=-1), r"`top_k` must be an integer >= 0.*top_k=-1"),
+        (dict(top_k=True), r"`top_k` must be an integer >= 0.*top_k=True"),
+        (dict(top_p=0.0), r"`top_p` must be a number in \(0, 1\].*top_p=0.0"),
+        (dict(top_p=1.5), r"`top_p` must be a number in \(0, 1\].*top_p=1.5"),
+        (dict(seed=-3), r"`seed` must be an integer in \[0, 2\*\*31\).*seed=-3"),
+        (dict(seed="x"), r"`seed` must be an integer or an integer scalar tensor"),
+    ],
+)
+def test_sampling_settings(settings, message):
+    with pytest.raises(ValueError, match=message):
+        continue_sequence(music_model("absolute"), PRIMER, 2, **settings)
+
+
+def test_sequence_lengths():
+    model = music_model("absolute")
+    with pytest.raises(ValueError, match=r"`max_new_tokens` must be an integer >= 1.*max_new_tokens=0"):
+        continue_sequence(model, PRIMER, 0)
+    with pytest.raises(ValueError, match=r"`primer` must be integer tokens `\[batch, length\]`"):
+        continue_sequence(model, np.zeros((1, 0), "int32"), 2)
+    with pytest.raises(ValueError, match=r"`primer` must be integer tokens"):
+        continue_sequence(model, np.array([1, 2]), 2)
+    with pytest.raises(ValueError, match=r"`max_length` must be an integer >= 1.*max_length=0"):
+        translate_tokens(translation_model("sinusoidal"), SOURCE, 0)
+
+
+def test_translation_settings():
+    model = translation_model("sinusoidal")
+    with pytest.raises(ValueError, match=r"`eos_id` must be an integer in \[1, 12\).*eos_id=12"):
+        translate_tokens(model, SOURCE, 4, eos_id=12)
+    with pytest.raises(ValueError, match=r"`beam_size` must be an integer >= 1.*beam_size=0"):
+        translate_tokens(model, SOURCE, 4, beam_size=0)
+    if keras.backend.backend() == "tensorflow":
+        with pytest.raises(ValueError, match=r"with `beam_size` > 1 leave `temperature=0`"):
+            translate_tokens(model, SOURCE, 4, beam_size=2, temperature=1.0)
+        with pytest.raises(ValueError, match=r"`alpha` must be a finite number >= 0.*alpha=-1"):
+            translate_tokens(model, SOURCE, 4, beam_size=2, alpha=-1)
+
+
+@pytest.mark.parametrize(
+    "call, supported",
+    [
+        (lambda m: continue_sequence(m, PRIMER, 2), "music_transformer"),
+        (lambda m: translate_tokens(m, SOURCE, 2), "transformer_translation"),
+        (lambda m: sample_images(m, 1), "image_transformer or image_super_resolution"),
+    ],
+    ids=["continue_sequence", "translate_tokens", "sample_images"],
+)
+def test_unsupported_models_name_the_supported_builders(call, supported):
+    others = {
+        "music_transformer": translation_model("sinusoidal"),
+        "transformer_translation": music_model("absolute"),
+        "image_transformer or image_super_resolution": music_model("absolute"),
+    }
+    with pytest.raises(ValueError, match=rf"`model` must be a Keras model built by {supported}"):
+        call(others[supported])
+    with pytest.raises(ValueError, match=rf"built by {supported}.*Received: model 'dense'"):
+        call(keras.layers.Dense(3, name="dense"))
+
+
+def test_image_inputs():
+    conditional = image_model("local_1d", num_classes=3)
+    with pytest.raises(ValueError, match=r"`class_labels` must be given exactly for a class-conditional model"):
+        sample_images(conditional, 2)
+    with pytest.raises(ValueError, match=r"`class_labels` must be given exactly"):
+        sample_images(image_model("local_1d"), class_labels=np.array([1]))
+    with pytest.raises(ValueError, match=r"`low_resolution` must be given exactly"):
+        sample_images(super_resolution_model(), 1)
+    with pytest.raises(ValueError, match=r"`batch_size` is needed"):
+        sample_images(image_model("global"))
+    with pytest.raises(ValueError, match=r"`batch_size` and the inputs' batch dimensions must agree"):
+        sample_images(conditional, 3, class_labels=np.array([1, 2]))
+    known = np.zeros((1,) + IMAGE_SHAPE, "uint8")
+    with pytest.raises(ValueError, match=r"`known_rows` must be an integer in \[1, 4\] with `known_pixels`.*known_rows=5"):
+        sample_images(image_model("global"), known_pixels=known, known_rows=5)
+    with pytest.raises(ValueError, match=r"`known_rows` must be an integer 0 without `known_pixels`.*known_rows=2"):
+        sample_images(image_model("global"), 1, known_rows=2)
+    with pytest.raises(ValueError, match=r"`known_pixels` must have shape \('batch', 4, 4, 3\)"):
+        sample_images(image_model("global"), known_pixels=np.zeros((1, 4, 4, 1), "uint8"), known_rows=1)
+    with pytest.raises(ValueError, match=r"`top_k` and `top_p` filter a categorical head"):
+        sample_images(image_model("global", "dmol"), 1, top_k=3)
