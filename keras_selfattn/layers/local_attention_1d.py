@@ -39,9 +39,10 @@ class LocalAttentionBase(MultiHeadAttention):
 
     Subclasses implement `_full_attention` (blocked, over the whole input) and
     `_cached_attention` (one step against the static cache), both on
-    projected `[batch, length, heads, dim]` tensors, and `_check_local_inputs`.
-    Causality is a call argument (`use_causal_mask`); the memory each query
-    block reads depends on it.
+    projected `[batch, length, heads, dim]` tensors, and `_check_local_inputs`;
+    they get the position grid (`(height, width)` in 2D; the 1D layer needs
+    none). Causality is a call argument (`use_causal_mask`); the memory each
+    query block reads depends on it.
     """
 
     def __init__(
@@ -130,9 +131,9 @@ class LocalAttentionBase(MultiHeadAttention):
             query_mask=query_mask,
             value_mask=value_mask,
             key_mask=key_mask,
-            unsupported=unsupported_arguments(
-                attention_mask, attention_bias, return_attention_scores
-            ),
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            return_attention_scores=return_attention_scores,
             cache=cache,
             cache_update_index=cache_update_index,
             training=training,
@@ -147,7 +148,9 @@ class LocalAttentionBase(MultiHeadAttention):
         query_mask,
         value_mask,
         key_mask,
-        unsupported,
+        attention_mask,
+        attention_bias,
+        return_attention_scores,
         cache,
         cache_update_index,
         training,
@@ -155,19 +158,12 @@ class LocalAttentionBase(MultiHeadAttention):
         grid_shape=None,
     ):
         """The call of both layers; `grid_shape` is the 2D layer's."""
+        self._reject_unsupported(attention_mask, attention_bias, return_attention_scores)
         query, value, key, query_mask, key_mask = self._self_attention_inputs(
             query, value, key, query_mask, value_mask, key_mask, cached=cache is not None
         )
         self._check_call(
-            query,
-            value,
-            key,
-            key_mask,
-            unsupported,
-            cache,
-            cache_update_index,
-            use_causal_mask,
-            grid_shape,
+            query, value, key, key_mask, cache, cache_update_index, use_causal_mask, grid_shape
         )
         self._check_features(query=query, value=value, key=key)
         query_sequence = self._to_sequence(query)
@@ -227,29 +223,33 @@ class LocalAttentionBase(MultiHeadAttention):
         """Inputs as `[batch, positions, features]` for the projections."""
         return x
 
+    def _reject_unsupported(self, attention_mask, attention_bias, return_attention_scores):
+        """`ValueError` naming a call argument that block attention cannot honour."""
+        given = {
+            "attention_mask": attention_mask,
+            "attention_bias": attention_bias,
+            "return_attention_scores": return_attention_scores or None,
+        }
+        for name, argument in given.items():
+            if argument is None:
+                continue
+            if name == "return_attention_scores":
+                received = f"{name}={argument!r}"
+            else:
+                received = f"{name} of shape {tuple(argument.shape)}"
+            raise ValueError(
+                f"`{name}` is not supported by {type(self).__name__}: block attention "
+                "forms no `[query, key]` logits. Pass padding as `query_mask` / "
+                f"`value_mask` and causality as `use_causal_mask`. Received: {received}"
+            )
+
     def _check_call(
-        self,
-        query,
-        value,
-        key,
-        key_mask,
-        unsupported,
-        cache,
-        cache_update_index,
-        use_causal_mask,
-        grid_shape,
+        self, query, value, key, key_mask, cache, cache_update_index, use_causal_mask, grid_shape
     ):
         if not isinstance(use_causal_mask, bool):
             raise ValueError(
                 "`use_causal_mask` must be True or False. "
                 f"Received: use_causal_mask={use_causal_mask!r}"
-            )
-        for name, value_given in unsupported.items():
-            raise ValueError(
-                f"`{name}` is not supported by {type(self).__name__}: block attention "
-                "forms no `[query, key]` logits. Pass padding as `query_mask` / "
-                "`value_mask` and causality as `use_causal_mask`. "
-                f"Received: {name}={value_given}"
             )
         self._check_local_inputs(query, value, key, cache, grid_shape)
         if cache is None:
@@ -302,7 +302,7 @@ class LocalAttentionBase(MultiHeadAttention):
         key_mask = merge_masks(
             arguments["value_mask"], None if key is value else arguments["key_mask"]
         )
-        unsupported = unsupported_arguments(
+        self._reject_unsupported(
             arguments["attention_mask"],
             arguments["attention_bias"],
             arguments["return_attention_scores"],
@@ -312,7 +312,6 @@ class LocalAttentionBase(MultiHeadAttention):
             value,
             key,
             key_mask,
-            unsupported,
             cache,
             arguments["cache_update_index"],
             arguments["use_causal_mask"],
@@ -325,18 +324,6 @@ class LocalAttentionBase(MultiHeadAttention):
         if cache is None:
             return output
         return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
-
-
-def unsupported_arguments(attention_mask, attention_bias, return_attention_scores):
-    """The call arguments block attention cannot honour that were given."""
-    given = {}
-    if attention_mask is not None:
-        given["attention_mask"] = f"<tensor of shape {tuple(attention_mask.shape)}>"
-    if attention_bias is not None:
-        given["attention_bias"] = f"<tensor of shape {tuple(attention_bias.shape)}>"
-    if return_attention_scores:
-        given["return_attention_scores"] = repr(return_attention_scores)
-    return given
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")

@@ -8,7 +8,6 @@ from keras_selfattn.layers.local_attention_1d import (
     check_input_rank,
     check_non_negative_int,
     check_positive_int,
-    unsupported_arguments,
 )
 from keras_selfattn.ops.blocking_1d import block_attention
 from keras_selfattn.ops.blocking_2d import (
@@ -174,9 +173,9 @@ class LocalAttention2D(LocalAttentionBase):
             query_mask=query_mask,
             value_mask=value_mask,
             key_mask=key_mask,
-            unsupported=unsupported_arguments(
-                attention_mask, attention_bias, return_attention_scores
-            ),
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            return_attention_scores=return_attention_scores,
             cache=cache,
             cache_update_index=cache_update_index,
             training=training,
