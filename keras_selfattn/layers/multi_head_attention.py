@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import backend, ops
 
-from keras_selfattn.compat import MultiHeadAttentionInternals, set_keras_mask
+from keras_selfattn.compat import MultiHeadAttentionInternals, get_keras_mask, set_keras_mask
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.masks import (
     as_attention_mask,
@@ -142,6 +142,9 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         use_causal_mask=False,
     ):
         use_causal_mask = self._resolve_use_causal_mask(use_causal_mask)
+        if query_mask is None:
+            # Keras fills `query_mask` itself only when several tensors are passed.
+            query_mask = get_keras_mask(query)
         if value is None:
             value, value_mask = query, _self_attention_key_mask(query_mask, value_mask, cache)
         self._check_inputs(query, value, value if key is None else key, attention_mask, attention_bias)
