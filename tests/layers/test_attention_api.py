@@ -1,0 +1,179 @@
+"""Every attention layer answers the same call forms the same way.
+
+Swapping one attention layer for another in a model must not change how it
+is called: `layer(x)` is self-attention, causality is asked with
+`use_causal_mask` at call time, Keras padding masks are honoured, attention
+scores are returned or refused by name, and a loop of one-step cached calls
+equals the causal pass.
+"""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from test_local_attention_2d import cached_loop as cached_image_loop
+
+from keras_selfattn.layers import (
+    LocalAttention1D,
+    LocalAttention2D,
+    LocalRelativeAttention1D,
+    MultiHeadAttention,
+    RelativeMultiHeadAttention,
+)
+
+HEADS, KEY_DIM, WIDTH, LENGTH = 2, 4, 8, 7
+
+
+def numpy(x):
+    return ops.convert_to_numpy(ops.cast(x, "float32"))
+
+
+# name -> (factory, whether the layer's weights make it causal by default)
+SEQUENCE_LAYERS = {
+    "multi_head": (lambda: MultiHeadAttention(HEADS, KEY_DIM), False),
+    "relative_skew": (
+        lambda: RelativeMultiHeadAttention(HEADS, KEY_DIM, max_relative_position=3), False
+    ),
+    "relative_skew_causal_table": (
+        lambda: RelativeMultiHeadAttention(
+            HEADS, KEY_DIM, max_relative_position=3, causal_table=True
+        ),
+        True,
+    ),
+    "relative_shaw": (
+        lambda: RelativeMultiHeadAttention(
+            HEADS, KEY_DIM, max_relative_position=2, relative_type="shaw"
+        ),
+        False,
+    ),
+    "local_relative_1d": (
+        lambda: LocalRelativeAttention1D(HEADS, KEY_DIM, block_length=3, max_relative_position=4),
+        True,
+    ),
+    "local_1d": (lambda: LocalAttention1D(HEADS, KEY_DIM, block_length=3), False),
+}
+
+sequence_layers = pytest.mark.parametrize("name", sorted(SEQUENCE_LAYERS))
+
+
+def make(name):
+    factory, causal_by_default = SEQUENCE_LAYERS[name]
+    return factory(), causal_by_default
+
+
+def sequence(seed=0, batch=2, length=LENGTH):
+    return np.random.default_rng(seed).normal(size=(batch, length, WIDTH)).astype("float32")
+
+
+@sequence_layers
+def test_one_argument_is_self_attention(name):
+    layer, _ = make(name)
+    x = sequence()
+    output = numpy(layer(x))
+    assert output.shape == x.shape
+    np.testing.assert_allclose(output, numpy(layer(x, x)), atol=1e-6)
+    np.testing.assert_allclose(output, numpy(layer(x, x, x)), atol=1e-6)
+
+
+@sequence_layers
+def test_causal_mask_hides_the_future_and_only_when_asked(name):
+    layer, causal_by_default = make(name)
+    x = sequence()
+    later_changed = x.copy()
+    later_changed[:, 3:] += 1.0
+    causal = numpy(layer(x, use_causal_mask=True))
+    np.testing.assert_allclose(
+        numpy(layer(later_changed, use_causal_mask=True))[:, :3], causal[:, :3], atol=1e-5
+    )
+    if causal_by_default:
+        np.testing.assert_allclose(numpy(layer(x)), causal, atol=1e-6)
+        with pytest.raises(ValueError, match="use_causal_mask"):
+            layer(x, use_causal_mask=False)
+    else:
+        # Position 0 sees position 1 (in its block, for local attention).
+        second_changed = x.copy()
+        second_changed[:, 1] += 1.0
+        unmasked = numpy(layer(x))
+        assert not np.allclose(numpy(layer(second_changed))[:, 0], unmasked[:, 0], atol=1e-5)
+
+
+@sequence_layers
+def test_keras_padding_mask_hides_padded_positions(name):
+    layer, _ = make(name)
+    embedding = keras.layers.Embedding(10, WIDTH, mask_zero=True)
+    tokens = keras.Input((None,), dtype="int32")
+    model = keras.Model(tokens, layer(embedding(tokens)))
+    ids = np.array([[3, 1, 4, 1, 5, 0, 0], [2, 7, 1, 8, 2, 8, 1]], "int32")
+    padded = numpy(model(ids))
+    # The real positions of row 0 attend as if the sequence ended there.
+    np.testing.assert_allclose(padded[:1, :5], numpy(model(ids[:1, :5])), atol=1e-5)
+    np.testing.assert_allclose(padded[1:], numpy(model(ids[1:])), atol=1e-5)
+
+
+@sequence_layers
+def test_attention_scores_are_returned_or_refused_by_name(name):
+    layer, _ = make(name)
+    x = sequence()
+    try:
+        output, scores = layer(x, return_attention_scores=True)
+    except ValueError as error:
+        assert "return_attention_scores" in str(error)
+        return
+    scores = numpy(scores)
+    assert scores.shape == (2, HEADS, LENGTH, LENGTH)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(numpy(output), numpy(layer(x)), atol=1e-6)
+
+
+@sequence_layers
+def test_cached_loop_equals_causal_pass(name):
+    layer, _ = make(name)
+    x = sequence()
+    expected = numpy(layer(x, use_causal_mask=True))
+    cache = np.zeros((2, 2, LENGTH, HEADS, KEY_DIM), "float32")
+    for t in range(LENGTH):
+        step, cache = layer(
+            x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
+        )
+        np.testing.assert_allclose(numpy(step)[:, 0], expected[:, t], atol=1e-5)
+
+
+class TestLocalAttention2D:
+    def make(self):
+        return LocalAttention2D(HEADS, KEY_DIM, query_shape=(2, 2), memory_flange=(1, 1))
+
+    def image(self):
+        return np.random.default_rng(1).normal(size=(2, 4, 4, WIDTH)).astype("float32")
+
+    def test_one_argument_is_self_attention(self):
+        layer, image = self.make(), self.image()
+        np.testing.assert_allclose(numpy(layer(image)), numpy(layer(image, image)), atol=1e-6)
+        np.testing.assert_allclose(
+            numpy(layer(image, use_causal_mask=True)),
+            numpy(layer(image, image, image, use_causal_mask=True)),
+            atol=1e-6,
+        )
+
+    def test_causal_mask_only_when_asked(self):
+        layer, image = self.make(), self.image()
+        later_changed = image.copy()
+        later_changed[:, 2:] += 1.0  # the second row of query blocks
+        causal = numpy(layer(image, use_causal_mask=True))
+        np.testing.assert_allclose(
+            numpy(layer(later_changed, use_causal_mask=True))[:, :2], causal[:, :2], atol=1e-5
+        )
+        assert not np.allclose(numpy(layer(later_changed))[:, :2], numpy(layer(image))[:, :2])
+
+    def test_attention_scores_are_returned_or_refused_by_name(self):
+        layer, image = self.make(), self.image()
+        try:
+            layer(image, return_attention_scores=True)
+        except ValueError as error:
+            assert "return_attention_scores" in str(error)
+        else:
+            pytest.fail("LocalAttention2D documents no attention scores")
+
+    def test_cached_loop_equals_causal_pass(self):
+        layer, image = self.make(), self.image()
+        expected = numpy(layer(image, use_causal_mask=True))
+        np.testing.assert_allclose(cached_image_loop(layer, image), expected, atol=1e-5)
