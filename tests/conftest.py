@@ -14,3 +14,10 @@ def _fresh_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
 
+
+def pytest_runtest_setup(item):
+    """Skips a test marked `backends(...)` on a backend it does not name."""
+    marker = item.get_closest_marker("backends")
+    if marker is not None and keras.backend.backend() not in marker.args:
+        reason = marker.kwargs.get("reason", "")
+        pytest.skip(f"runs on {', '.join(marker.args)} only{': ' + reason if reason else ''}")
