@@ -54,22 +54,25 @@ def sharpen(model, factor=6.0):
 
 
 def greedy_music(model, primer, max_new_tokens):
-    tokens = np.asarray(primer)
-    for _ in range(max_new_tokens):
+    """The causal model's full pass over a fixed-length buffer (one compiled
+    shape), its argmax at the last filled position appended each time."""
+    primer_length = primer.shape[1]
+    tokens = np.pad(primer, [(0, 0), (0, max_new_tokens)])
+    for t in range(primer_length, primer_length + max_new_tokens):
         logits = model.predict_on_batch(tokens)
-        tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
+        tokens[:, t] = logits[:, t - 1].argmax(-1)
     return tokens
 
 
 def greedy_translation(model, source, max_length, eos_id=1):
     batch = len(source)
-    target = np.zeros((batch, 1), "int32")  # the start token 0
+    target = np.zeros((batch, max_length + 1), "int32")  # column 0: the start token 0
     finished = np.zeros(batch, bool)
-    for _ in range(max_length):
+    for t in range(max_length):
         logits = model.predict_on_batch({"source_tokens": source, "target_tokens": target})
-        chosen = np.where(finished, 0, logits[:, -1].argmax(-1))
+        chosen = np.where(finished, 0, logits[:, t].argmax(-1))
         finished |= chosen == eos_id
-        target = np.concatenate([target, chosen[:, None]], axis=1)
+        target[:, t + 1] = chosen
     return target[:, 1:]
 
 
