@@ -91,8 +91,11 @@ def _differentiable_attention(has_bias, has_mask):
         probabilities, output = _forward(query, key, value, bias, mask_bias, has_key)
 
         def gradient(*args, upstream=None):
+            d_output = _upstream(args, upstream)
+            if has_mask:  # The rows zeroed in the forward pass pass nothing back.
+                d_output = d_output * ops.cast(has_key, d_output.dtype)
             d_query, d_key, d_value, d_logits = _backward(
-                query, key, value, probabilities, output, _upstream(args, upstream)
+                query, key, value, probabilities, output, d_output
             )
             gradients = [d_query, d_key, d_value]
             if has_bias:
@@ -107,17 +110,22 @@ def _differentiable_attention(has_bias, has_mask):
 
 
 def _forward(query, key, value, bias, mask_bias, has_key):
-    """`(probabilities, output)`, fully masked rows zero in both."""
+    """`(probabilities, output)`, the output zero in fully masked rows.
+
+    Zeroing the query-sized output rather than the logits-sized
+    probabilities is cheaper; the gradient zeroes the same rows of the
+    output gradient, so the probabilities of those rows never matter.
+    """
     logits = ops.cast(ops.einsum("...qd,...kd->...qk", query, key), "float32")
     if bias is not None:
         logits = logits + bias
     if mask_bias is not None:
         logits = logits + mask_bias
     probabilities = ops.softmax(logits, axis=-1)
+    output = ops.einsum("...qk,...kd->...qd", ops.cast(probabilities, value.dtype), value)
     if has_key is not None:
-        probabilities = probabilities * has_key
-    weights = ops.cast(probabilities, value.dtype)
-    return probabilities, ops.einsum("...qk,...kd->...qd", weights, value)
+        output = output * ops.cast(has_key, output.dtype)
+    return probabilities, output
 
 
 def _backward(query, key, value, probabilities, output, d_output):
