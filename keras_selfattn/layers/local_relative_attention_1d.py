@@ -1,16 +1,22 @@
-"""Masked local 1D self-attention with Music Transformer relative logits."""
+"""Causal local 1D self-attention with Music Transformer relative logits."""
 
 import keras
 from keras import ops
 
+from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
+    _dot_rows,
+    _heads_first,
+    _positive_int,
+    _weigh_rows,
 )
 from keras_selfattn.ops.blocking_1d import (
     causal_window_mask,
     memory_windows,
     pad_to_blocks,
     split_blocks,
+    window_relative_positions,
 )
 from keras_selfattn.ops.masks import merge_masks
 from keras_selfattn.ops.relative import (
@@ -18,21 +24,21 @@ from keras_selfattn.ops.relative import (
     local_relative_weights,
     relative_table_window,
 )
-from keras_selfattn.ops.softmax import masked_softmax
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 class LocalRelativeAttention1D(RelativeMultiHeadAttention):
-    """Masked relative self-attention inside local 1D blocks.
+    """Causal relative self-attention inside local 1D blocks.
 
     The sequence is cut into query blocks of `block_length`; each block
     attends causally to itself and to the whole previous block, so query `i`
     in block `n = i // block_length` sees keys `(n - 1) * block_length .. i`.
     Cost is O(L * block_length) time and memory instead of O(L^2), for
     sequences of thousands of events. Inside each block's two-block window the
-    logits get the Music Transformer relative term (the skew of `relative_type
-    ="skew"` with `causal=True`), so this is `RelativeMultiHeadAttention`
-    restricted to a local window.
+    logits get the Music Transformer relative term (the skew of
+    `RelativeMultiHeadAttention` with `causal_table=True`), so this is that
+    layer restricted to a local window. The layer is causal by construction:
+    `use_causal_mask` defaults to `True`, and `False` is an error.
 
     Tables: `relative_key_embeddings` `(num_heads, max_relative_position,
     key_dim)`, or `(max_relative_position, key_dim)` with
@@ -51,7 +57,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
     Args:
         num_heads: number of attention heads.
         key_dim: size of each head for query and key.
-        block_length: positions per query block, at least 1.
+        block_length: positions per query block, an integer >= 1.
         max_relative_position: rows of the relative tables (distances
             `-(M-1) .. 0`); `None` is `2 * block_length`, every distance a
             window holds.
@@ -60,15 +66,16 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         relative_embeddings_initializer: initializer of the tables; `None`
             is a normal distribution with standard deviation `key_dim**-0.5`.
         **kwargs: the other `MultiHeadAttention` arguments (`value_dim`,
-            `dropout`, `use_bias`, `output_shape`, initializers, ...).
+            `dropout`, `use_bias`, `output_shape`, `sliding_window`,
+            `use_gate`, initializers, ...); `flash_attention` must be `None`.
 
     Call arguments:
         query: `[batch, length, query_dim]`.
-        value: `[batch, length, value_dim]`.
+        value: optional `[batch, length, value_dim]`; defaults to `query`.
         key: optional `[batch, length, key_dim]`; defaults to `value`.
         query_mask, value_mask, key_mask: optional `[batch, length]` padding
             masks; Keras fills them from the inputs' Keras masks.
-        use_causal_mask: must be `True` (the attention is masked).
+        use_causal_mask: `None` or `True` (the attention is causal).
         cache, cache_update_index, attention_mask, attention_bias,
         return_attention_scores: as in `RelativeMultiHeadAttention`, for
             cached calls. A full pass (no cache) builds its mask per block
@@ -84,13 +91,12 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
     >>> import numpy as np
     >>> layer = LocalRelativeAttention1D(num_heads=2, key_dim=4, block_length=3)
     >>> x = np.random.rand(1, 8, 8).astype("float32")
-    >>> full = layer(x, x, use_causal_mask=True)
+    >>> full = layer(x)
     >>> tuple(layer.relative_key_embeddings.shape)
     (2, 6, 4)
     >>> cache = np.zeros((1, 2, 8, 2, 4), "float32")
     >>> for t in range(8):
-    ...     step, cache = layer(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
-    ...                         cache_update_index=t, use_causal_mask=True)
+    ...     step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t)
     >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
     True
 
@@ -110,11 +116,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         relative_embeddings_initializer=None,
         **kwargs,
     ):
-        if not isinstance(block_length, int) or block_length < 1:
-            raise ValueError(
-                "`block_length` must be an integer >= 1. "
-                f"Received: block_length={block_length!r}"
-            )
+        block_length = _positive_int("block_length", block_length)
         if max_relative_position is None:
             max_relative_position = 2 * block_length
         super().__init__(
@@ -124,16 +126,25 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             relative_type="skew",
             heads_share_relative_embedding=heads_share_relative_embedding,
             add_relative_to_values=add_relative_to_values,
-            causal=True,
+            causal_table=True,
             relative_embeddings_initializer=relative_embeddings_initializer,
             **kwargs,
         )
         self.block_length = block_length
 
+    def _resolve_use_causal_mask(self, use_causal_mask):
+        if use_causal_mask is not None and not use_causal_mask:
+            raise ValueError(
+                "LocalRelativeAttention1D is causal (each query sees its block up "
+                "to itself and the previous block): `use_causal_mask` must be True "
+                f"or None. Received: use_causal_mask={use_causal_mask!r}"
+            )
+        return True
+
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -144,8 +155,9 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
-        use_causal_mask=False,
+        use_causal_mask=None,
     ):
+        self._resolve_use_causal_mask(use_causal_mask)
         if cache is not None or cache_update_index is not None:
             return super().call(
                 query,
@@ -162,70 +174,53 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
                 training=training,
                 use_causal_mask=use_causal_mask,
             )
-        self._check_relative_call(cache, cache_update_index, use_causal_mask)
-        unsupported = {
-            "attention_mask": attention_mask,
-            "attention_bias": attention_bias,
-            "return_attention_scores": return_attention_scores or None,
-        }
-        for name, argument in unsupported.items():
-            if argument is not None:
-                raise ValueError(
-                    f"A full pass of `LocalRelativeAttention1D` takes no `{name}` "
-                    "(it builds its mask block by block; use `query_mask` / "
-                    f"`value_mask` for padding). Received: {name}={argument!r}"
-                )
+        _check_full_pass_arguments(attention_mask, attention_bias, return_attention_scores)
+        if value is None:
+            value = query
+            value_mask = query_mask if value_mask is None else value_mask
+        self._check_inputs(query, value, value if key is None else key)
         key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
-        self._check_features(query=query, value=value, key=key)
-        self._check_self_attention_lengths(query, key, value)
-        gate = self._gate_dense(query) if self._use_gate else None
+        _check_one_length(query, key, value)
+        gate = self.gate_dense(query) if self.use_gate else None
         output = self._local_attention(
-            self._query_dense(query),
-            self._key_dense(key),
-            self._value_dense(value),
+            self.query_dense(query),
+            self.key_dense(key),
+            self.value_dense(value),
             query_mask=query_mask,
             key_mask=key_mask,
             training=training,
         )
         if gate is not None:
             output = ops.multiply(output, gate)
-        return self._output_dense(output)
-
-    def _check_self_attention_lengths(self, query, key, value):
-        lengths = {query.shape[1], key.shape[1], value.shape[1]} - {None}
-        if len(lengths) > 1:
-            raise ValueError(
-                "Local self-attention needs `query`, `key` and `value` of one "
-                f"length. Received: query.shape={tuple(query.shape)}, "
-                f"key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
-            )
+        output = self.output_dense(output)
+        if query_mask is not None:
+            set_keras_mask(output, query_mask)
+        return output
 
     def _local_attention(self, query, key, value, query_mask, key_mask, training):
         """Projected `[batch, L, heads, dim]` tensors -> `[batch, L, heads, value_dim]`."""
         block = self.block_length
         length = ops.shape(query)[1]
-        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
-        query_blocks = split_blocks(pad_to_blocks(query, block), block)  # [b, n, q, h, d]
-        key_windows = _previous_and_own_block(key, block)  # [b, n, m, h, d]
-        value_windows = _previous_and_own_block(value, block)
+        query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
+        query, key, value = (_heads_first(x) for x in (query, key, value))
+        query_blocks = split_blocks(pad_to_blocks(query, block, axis=2), block, axis=2)
+        key_windows = _previous_and_own_block(key, block, axis=2)  # [b, h, n, 2 block, d]
+        value_windows = _previous_and_own_block(value, block, axis=2)
 
-        logits = ops.einsum("bnqhd,bnmhd->bhnqm", query_blocks, key_windows)
-        key_table = self._window_rows(self.relative_key_embeddings, query.dtype)
-        relative = _dot_window_rows(query_blocks, key_table)
-        logits = ops.cast(logits, "float32") + local_relative_logits(ops.cast(relative, "float32"))
-
+        key_rows = self._window_rows(self.relative_key_embeddings, query.dtype)
+        relative = local_relative_logits(ops.cast(_dot_rows(query_blocks, key_rows), "float32"))
         mask = self._local_mask(query_mask, key_mask, length)
-        scores = ops.cast(masked_softmax(logits, mask), value.dtype)
-        weights = scores
-        if training and self._dropout > 0.0:
-            weights = self._dropout_layer(scores, training=training)
-        output = ops.einsum("bhnqm,bnmhd->bnqhd", weights, value_windows)
-        if self.relative_value_embeddings is not None:
-            value_table = self._window_rows(self.relative_value_embeddings, value.dtype)
-            output = output + _weigh_window_rows(local_relative_weights(weights), value_table)
-        shape = ops.shape(output)
-        output = ops.reshape(output, (shape[0], -1, shape[3], shape[4]))
-        return ops.slice(output, (0, 0, 0, 0), (-1, length, -1, -1))
+        value_table = self.relative_value_embeddings
+        output, _, weights = self._attend(
+            query_blocks, key_windows, value_windows, relative, mask, training, False,
+            value_table is not None,
+        )
+        if value_table is not None:
+            value_rows = self._window_rows(value_table, weights.dtype)
+            output = output + _weigh_rows(local_relative_weights(weights), value_rows)
+        shape = ops.shape(output)  # [b, h, blocks, block, d]
+        output = ops.reshape(output, (shape[0], shape[1], -1, shape[4]))
+        return _heads_first(ops.slice(output, (0, 0, 0, 0), (-1, -1, length, -1)))
 
     def _window_rows(self, table, dtype):
         """Table rows for the window's distances `-(2 block - 1) .. 0`."""
@@ -239,71 +234,86 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         if key_mask is None:
             key_mask = ops.ones((1, length), "int32")
         # Windows hold zeros for the right padding and before position 0.
-        key_present = _previous_and_own_block(ops.cast(key_mask, "int32"), block)
+        key_present = _previous_and_own_block(ops.cast(key_mask, "int32"), block, axis=1)
+        inside = causal_window_mask(block, block, 0)
+        if self.sliding_window is not None:
+            distance = ops.abs(window_relative_positions(block, block, 0))
+            inside = ops.logical_and(inside, distance < self.sliding_window)
         mask = ops.logical_and(
-            causal_window_mask(block, block, 0)[None, None, None],
-            ops.cast(key_present, "bool")[:, None, :, None, :],
+            inside[None, None, None], ops.cast(key_present, "bool")[:, None, :, None, :]
         )
         if query_mask is not None:
             query_present = split_blocks(pad_to_blocks(ops.cast(query_mask, "int32"), block), block)
             mask = ops.logical_and(mask, ops.cast(query_present, "bool")[:, None, :, :, None])
         return mask
 
-    def _compute_attention(
+    def _relative_attention(
         self,
         query,
         key,
         value,
-        attention_mask=None,
-        training=None,
-        return_attention_scores=False,
-        attention_bias=None,
-        cache_update_index=None,
-        use_causal_mask=False,
+        attention_mask,
+        attention_bias,
+        cache_update_index,
+        use_causal_mask,
+        training,
+        return_attention_scores,
     ):
         """Cached calls: the dense relative attention, limited to the window."""
         offset = 0 if cache_update_index is None else cache_update_index
         window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
-        return super()._compute_attention(
+        return super()._relative_attention(
             query,
             key,
             value,
-            attention_mask=merge_masks(attention_mask, window[None, None]),
-            training=training,
-            return_attention_scores=return_attention_scores,
-            attention_bias=attention_bias,
-            cache_update_index=cache_update_index,
-            use_causal_mask=use_causal_mask,
+            merge_masks(attention_mask, window[None, None]),
+            attention_bias,
+            offset,
+            use_causal_mask,
+            training,
+            return_attention_scores,
         )
 
-    def _window_mask(self, query_length, key_length, query_offset):
+    def _window_mask(self, query_length, key_length, cache_update_index):
         """`[query, key]`: keys from the start of the previous block on."""
-        positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
+        positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_update_index, "int32")
         first_visible = (positions // self.block_length - 1) * self.block_length
         keys = ops.arange(key_length, dtype="int32")
         return keys[None, :] >= first_visible[:, None]
 
     def get_config(self):
         config = super().get_config()
-        del config["relative_type"], config["causal"]
+        del config["relative_type"], config["causal_table"]
         config["block_length"] = self.block_length
         return config
 
 
-def _previous_and_own_block(x, block_length):
-    """`[batch, L, ...]` -> `[batch, blocks, 2 * block_length, ...]` windows."""
-    return memory_windows(pad_to_blocks(x, block_length), block_length, block_length, 0)
+def _check_full_pass_arguments(attention_mask, attention_bias, return_attention_scores):
+    unsupported = {
+        "attention_mask": attention_mask,
+        "attention_bias": attention_bias,
+        "return_attention_scores": return_attention_scores or None,
+    }
+    for name, argument in unsupported.items():
+        if argument is not None:
+            raise ValueError(
+                f"A full pass of `LocalRelativeAttention1D` takes no `{name}` "
+                "(it builds its mask block by block; use `query_mask` / "
+                f"`value_mask` for padding). Received: {name}={argument!r}"
+            )
 
 
-def _dot_window_rows(query_blocks, table):
-    """`[b, n, q, h, d]` dotted with window rows: `[b, h, n, q, rows]`."""
-    if len(table.shape) == 2:
-        return ops.einsum("bnqhd,rd->bhnqr", query_blocks, table)
-    return ops.einsum("bnqhd,hrd->bhnqr", query_blocks, table)
+def _check_one_length(query, key, value):
+    lengths = {query.shape[1], key.shape[1], value.shape[1]} - {None}
+    if len(lengths) > 1:
+        raise ValueError(
+            "Local self-attention needs `query`, `key` and `value` of one "
+            f"length. Received: query.shape={tuple(query.shape)}, "
+            f"key.shape={tuple(key.shape)}, value.shape={tuple(value.shape)}"
+        )
 
 
-def _weigh_window_rows(weights_by_row, table):
-    """`[b, h, n, q, rows]` times window rows: `[b, n, q, h, d]`."""
-    if len(table.shape) == 2:
-        return ops.einsum("bhnqr,rd->bnqhd", weights_by_row, table)
-    return ops.einsum("bhnqr,hrd->bnqhd", weights_by_row, table)
+def _previous_and_own_block(x, block_length, axis):
+    """The length `axis` cut into windows of `2 * block_length`: each block
+    with the block before it."""
+    return memory_windows(pad_to_blocks(x, block_length, axis), block_length, block_length, 0, axis)

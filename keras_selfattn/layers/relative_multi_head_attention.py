@@ -1,24 +1,28 @@
 """Multi-head attention with learned relative-position terms."""
 
+import numbers
+
 import keras
 from keras import ops
 
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relative import (
     gather_relative_logits,
     relative_distances,
     relative_table_window,
     shaw_row_distances,
     shaw_table_rows,
+    shaw_table_window,
     skew,
-    skew_masked,
+    skew_causal_shifted,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
-    unskew_masked,
+    unskew_causal_shifted,
 )
-from keras_selfattn.ops.softmax import masked_softmax
+from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
 RELATIVE_TYPES = ("skew", "shaw")
 
@@ -40,32 +44,34 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     - `relative_key_embeddings` has shape `(num_heads, rows, key_dim)`, or
       `(rows, key_dim)` when `heads_share_relative_embedding=True`; the value
       table `relative_value_embeddings` the same with `value_dim`.
-    - Row `r` stands for distance `r - (max_relative_position - 1)` in every
-      mode. `causal=False`: `rows = 2 * max_relative_position - 1`
-      (distances `-(M-1) .. M-1`). `causal=True`: `rows = max_relative_position`
-      (distances `-(M-1) .. 0`, the last row is distance 0).
+    - Row `r` stands for distance `r - (max_relative_position - 1)`:
+      `rows = 2 * max_relative_position - 1` (distances `-(M-1) .. M-1`), or
+      with `causal_table=True` `rows = max_relative_position` (distances
+      `-(M-1) .. 0`, the last row is distance 0).
     - Distances beyond the table get no relative term (no clipping).
-    - A full pass computes the term with the skew: memory O(L d) for the table
-      rows and O(L^2) for the logits, never a `[L, L, key_dim]` tensor. The
-      causal mask is applied inside the layer, so the skew's upper triangle
-      cannot leak.
 
     `relative_type="shaw"` (Shaw et al. 2018):
 
     - Distances are clipped to `[-k, k]`, `k = max_relative_position`.
     - `relative_key_embeddings` and `relative_value_embeddings` have shape
-      `(2k + 1, key_dim)` and `(2k + 1, value_dim)`, shared by the heads
-      (`(num_heads, 2k + 1, dim)` with `heads_share_relative_embedding=False`);
-      row `r` stands for clipped distance `r - k`.
-    - A full pass expands the table to one (clipped) row per distance,
-      `[2L - 1, dim]` (`[L, dim]` masked), and uses the same skew; a cached
-      or cross-length call gathers `q . table^T` per query-key pair and sums
-      the weights per clipped row. Never a `[L, L, dim]` tensor, nothing
-      broadcast over batch and heads.
+      `(rows, key_dim)` and `(rows, value_dim)`, shared by the heads
+      (`(num_heads, rows, dim)` with `heads_share_relative_embedding=False`);
+      row `r` stands for clipped distance `r - k`: `rows = 2k + 1`, or with
+      `causal_table=True` `rows = k + 1` (clipped distances `-k .. 0`).
 
+    How it is computed: a full pass forms `query . table^T` for one table row
+    per distance and moves it to the `[query, key]` layout with a skew
+    (memory O(L d) for the rows, O(L^2) for the logits, never a
+    `[L, L, dim]` tensor); the logits go to the attention core
+    `keras_selfattn.ops.softmax_attention` as its bias. A causal pass (the
+    usual one) needs a single reshape for the skew
+    (`keras_selfattn.ops.skew_causal_shifted`), and only the table rows that
+    hold a term: Shaw rows are taken relative to the farthest one (softmax
+    ignores a per-query constant), so only the `k` nearest distances cost
+    anything. Unknown lengths (`keras.Input((None, d))`) take the same path.
     With a cache, query row `i` stands at position `cache_update_index + i`
-    and its relative rows are read directly (no skew), so a loop of one-step
-    calls equals the full causal pass.
+    and its relative rows are read per query-key pair (no skew), so a loop of
+    one-step calls equals the full causal pass.
 
     Shapes: `query` `[batch, query_length, query_dim]`, `value` and `key`
     `[batch, key_length, dim]`; query row `i` is position `i` and key `j`
@@ -75,27 +81,30 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         num_heads: number of attention heads.
         key_dim: size of each head for query and key.
         max_relative_position: `M` for "skew" (distances `-(M-1) .. M-1`
-            have rows), the clipping distance `k` for "shaw". At least 1.
+            have rows), the clipping distance `k` for "shaw". An integer >= 1.
         relative_type: `"skew"` or `"shaw"`.
         heads_share_relative_embedding: whether one table serves every head.
             `None`: `False` for "skew", `True` for "shaw".
         add_relative_to_values: whether a value table is learned too.
             `None`: `False` for "skew", `True` for "shaw".
-        causal: whether the layer is masked (decoder) self-attention only:
-            every call must pass `use_causal_mask=True`, and a "skew" table
-            holds only the `max_relative_position` rows of distances `<= 0`.
+        causal_table: whether the tables hold only distances `<= 0` (decoder
+            self-attention): such a layer is causal, `use_causal_mask`
+            defaults to `True` and `False` is an error.
         relative_embeddings_initializer: initializer of the tables; `None`
             is a normal distribution with standard deviation `key_dim**-0.5`.
         **kwargs: the other `MultiHeadAttention` arguments (`value_dim`,
-            `dropout`, `use_bias`, `output_shape`, initializers, ...).
-            `attention_axes` must stay the single sequence axis.
+            `dropout`, `use_bias`, `output_shape`, `sliding_window`,
+            `use_gate`, initializers, ...). `attention_axes` must stay the
+            single sequence axis; `flash_attention` must be `None` (the layer
+            forms its logits itself, there is no fused kernel to use).
 
     Call arguments:
-        Those of `MultiHeadAttention`: `query`, `value`, `key`, `query_mask`,
-        `value_mask`, `key_mask`, `attention_mask`, `attention_bias`,
-        `cache` (`[batch, 2, max_length, num_heads, key_dim]`),
-        `cache_update_index` (required with a cache),
-        `return_attention_scores`, `training`, `use_causal_mask`.
+        Those of `MultiHeadAttention`: `query`, `value` (defaults to
+        `query`), `key` (defaults to `value`), `query_mask`, `value_mask`,
+        `key_mask`, `attention_mask`, `attention_bias`, `cache`
+        (`[batch, 2, max_length, num_heads, key_dim]`), `cache_update_index`
+        (required with a cache), `return_attention_scores`, `training`, and
+        `use_causal_mask`: `None` (the default) is `causal_table`.
 
     Returns:
         As `MultiHeadAttention`: `output` `[batch, query_length, output_dim]`,
@@ -106,17 +115,26 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     >>> import numpy as np
     >>> layer = RelativeMultiHeadAttention(
-    ...     num_heads=2, key_dim=4, max_relative_position=3, causal=True)
+    ...     num_heads=2, key_dim=4, max_relative_position=3, causal_table=True)
     >>> x = np.random.rand(1, 5, 8).astype("float32")
-    >>> full = layer(x, x, use_causal_mask=True)
+    >>> full = layer(x)  # causal: the table has no rows for future keys
     >>> tuple(layer.relative_key_embeddings.shape)
     (2, 3, 4)
     >>> cache = np.zeros((1, 2, 5, 2, 4), "float32")
     >>> for t in range(5):
-    ...     step, cache = layer(x[:, t:t + 1], x[:, t:t + 1], cache=cache,
-    ...                         cache_update_index=t, use_causal_mask=True)
+    ...     step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t)
     >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
     True
+
+    With `causal_table=False` the layer attends both ways unless asked:
+
+    >>> encoder = RelativeMultiHeadAttention(
+    ...     num_heads=2, key_dim=4, max_relative_position=2, relative_type="shaw")
+    >>> both_ways, causal = encoder(x), encoder(x, use_causal_mask=True)
+    >>> bool(np.allclose(both_ways[:, -1], causal[:, -1], atol=1e-6))  # sees every key
+    True
+    >>> bool(np.allclose(both_ways[:, 0], causal[:, 0], atol=1e-6))
+    False
 
     References:
         - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
@@ -131,26 +149,30 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         relative_type="skew",
         heads_share_relative_embedding=None,
         add_relative_to_values=None,
-        causal=False,
+        causal_table=False,
         relative_embeddings_initializer=None,
         **kwargs,
     ):
+        _check_constructor_kwargs(type(self).__name__, kwargs)
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        if not isinstance(max_relative_position, int) or max_relative_position < 1:
-            raise ValueError(
-                "`max_relative_position` must be an integer >= 1. "
-                f"Received: max_relative_position={max_relative_position!r}"
-            )
         if relative_type not in RELATIVE_TYPES:
             raise ValueError(
                 f"`relative_type` must be one of {RELATIVE_TYPES}. "
                 f"Received: relative_type={relative_type!r}"
             )
-        self.max_relative_position = max_relative_position
+        self.max_relative_position = _positive_int("max_relative_position", max_relative_position)
         self.relative_type = relative_type
-        self.heads_share_relative_embedding = heads_share_relative_embedding
-        self.add_relative_to_values = add_relative_to_values
-        self.causal = bool(causal)
+        self.heads_share_relative_embedding = _optional_bool(
+            "heads_share_relative_embedding", heads_share_relative_embedding
+        )
+        self.add_relative_to_values = _optional_bool(
+            "add_relative_to_values", add_relative_to_values
+        )
+        if not isinstance(causal_table, bool):
+            raise ValueError(
+                f"`causal_table` must be True or False. Received: causal_table={causal_table!r}"
+            )
+        self.causal_table = causal_table
         self.relative_embeddings_initializer = relative_embeddings_initializer
         self.relative_key_embeddings = None
         self.relative_value_embeddings = None
@@ -163,44 +185,44 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def _shares_tables(self):
         if self.heads_share_relative_embedding is None:
             return self._is_shaw
-        return bool(self.heads_share_relative_embedding)
+        return self.heads_share_relative_embedding
 
     @property
     def _has_value_table(self):
         if self.add_relative_to_values is None:
             return self._is_shaw
-        return bool(self.add_relative_to_values)
+        return self.add_relative_to_values
 
     @property
     def num_relative_rows(self):
         """Rows of each relative table."""
         m = self.max_relative_position
         if self._is_shaw:
-            return 2 * m + 1
-        return m if self.causal else 2 * m - 1
+            return m + 1 if self.causal_table else 2 * m + 1
+        return m if self.causal_table else 2 * m - 1
 
-    def build(self, query_shape, value_shape, key_shape=None):
-        if len(query_shape) != 3 or tuple(self._attention_axes or (1,)) != (1,):
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if len(query_shape) != 3 or tuple(self.attention_axes or (1,)) != (1,):
             raise ValueError(
                 "Relative attention needs sequence inputs `[batch, length, "
                 "features]` and `attention_axes=None` or `(1,)`. Received: "
                 f"query.shape={tuple(query_shape)}, "
-                f"attention_axes={self._attention_axes}"
+                f"attention_axes={self.attention_axes}"
             )
         super().build(query_shape, value_shape, key_shape)
-        self.relative_key_embeddings = self._add_table("relative_key_embeddings", self._key_dim)
+        self.relative_key_embeddings = self._add_table("relative_key_embeddings", self.key_dim)
         if self._has_value_table:
             self.relative_value_embeddings = self._add_table(
-                "relative_value_embeddings", self._value_dim
+                "relative_value_embeddings", self.value_dim
             )
 
     def _add_table(self, name, depth):
         shape = (self.num_relative_rows, depth)
         if not self._shares_tables:
-            shape = (self._num_heads,) + shape
+            shape = (self.num_heads,) + shape
         initializer = self.relative_embeddings_initializer
         if initializer is None:
-            initializer = keras.initializers.RandomNormal(stddev=self._key_dim**-0.5)
+            initializer = keras.initializers.RandomNormal(stddev=self.key_dim**-0.5)
         return self.add_weight(
             name=name,
             shape=shape,
@@ -210,7 +232,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -221,9 +243,14 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
-        use_causal_mask=False,
+        use_causal_mask=None,
     ):
-        self._check_relative_call(cache, cache_update_index, use_causal_mask)
+        if cache is not None and cache_update_index is None:
+            raise ValueError(
+                "Relative attention with a `cache` needs `cache_update_index`, "
+                "the position of the first query row. Received: "
+                "cache_update_index=None"
+            )
         return super().call(
             query,
             value,
@@ -240,101 +267,202 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             use_causal_mask=use_causal_mask,
         )
 
-    def _check_relative_call(self, cache, cache_update_index, use_causal_mask):
-        if self.causal and not use_causal_mask:
+    def _resolve_use_causal_mask(self, use_causal_mask):
+        if use_causal_mask is None:
+            return self.causal_table
+        if self.causal_table and not use_causal_mask:
             raise ValueError(
-                "This layer was built with `causal=True` (masked relative "
-                "attention only), so it must be called with "
-                f"`use_causal_mask=True`. Received: use_causal_mask={use_causal_mask}"
+                f"This {type(self).__name__} has `causal_table=True` (its tables "
+                "hold no rows for future keys), so it is causal: "
+                "`use_causal_mask` must be True or None. "
+                f"Received: use_causal_mask={use_causal_mask!r}"
             )
-        if cache is not None and cache_update_index is None:
-            raise ValueError(
-                "Relative attention with a `cache` needs `cache_update_index`, "
-                "the position of the first query row. Received: "
-                "cache_update_index=None"
-            )
+        return bool(use_causal_mask)
 
-    def _compute_attention(
+    def _compute_attention_with_context(
         self,
         query,
         key,
         value,
-        attention_mask=None,
-        training=None,
-        return_attention_scores=False,
-        attention_bias=None,
-        cache_update_index=None,
-        use_causal_mask=False,
+        *,
+        attention_mask,
+        attention_bias,
+        cache_update_index,
+        use_causal_mask,
+        training,
+        return_attention_scores,
     ):
-        mode = self._relative_mode(query, key, cache_update_index, use_causal_mask)
-        offset = 0 if cache_update_index is None else cache_update_index
-        # Scaling the query scales content and relative logits together
-        # without two more passes over `[batch, heads, query, key]`.
-        query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
-        logits = ops.cast(ops.einsum("btnh,bsnh->bnts", query, key), "float32")
-        logits = logits + self._relative_logits(query, ops.shape(key)[1], mode, offset)
-        if attention_bias is not None:
-            logits = logits + ops.cast(attention_bias, "float32")
-        scores = ops.cast(masked_softmax(logits, attention_mask), value.dtype)
-        weights = scores
-        if training and self._dropout > 0.0:
-            weights = self._dropout_layer(scores, training=training)
-        output = ops.einsum("bnts,bsnh->btnh", weights, value)
-        if self.relative_value_embeddings is not None:
-            output = output + self._relative_values(weights, mode, offset)
-        return output, (scores if return_attention_scores else None)
+        return self._relative_attention(
+            query,
+            key,
+            value,
+            attention_mask,
+            attention_bias,
+            cache_update_index,
+            use_causal_mask,
+            training,
+            return_attention_scores,
+        )
 
-    def _relative_mode(self, query, key, cache_update_index, use_causal_mask):
-        """"masked" or "unmasked" skew for a full self-attention pass,
-        "gather" (rows read per query-key pair) otherwise."""
-        same_length = query.shape[1] is not None and query.shape[1] == key.shape[1]
-        if cache_update_index is not None or not same_length:
-            return "gather"
-        return "masked" if use_causal_mask else "unmasked"
+    def _relative_attention(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        attention_bias,
+        cache_update_index,
+        use_causal_mask,
+        training,
+        return_attention_scores,
+    ):
+        """Relative attention over projected `[batch, length, heads, dim]`
+        tensors: `(output [batch, query, heads, value_dim], scores or None)`.
 
-    def _relative_logits(self, query, key_length, mode, query_offset):
-        """float32 relative logits `[batch, heads, query, key]` of a scaled query."""
-        table = ops.cast(self.relative_key_embeddings, query.dtype)
-        if mode == "gather":
-            distances = relative_distances(ops.shape(query)[1], key_length, query_offset)
-            dots = ops.cast(_dot_rows(query, table), "float32")
+        `attention_mask` holds the padding and explicit masks; query row `i`
+        stands at position `cache_update_index + i` (`None`: 0).
+        """
+        # Scaling the query scales content and relative logits together.
+        query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
+        query, key, value = (_heads_first(x) for x in (query, key, value))
+        if cache_update_index is not None:
+            attend = self._attend_by_pairs
+            arguments = (cache_update_index, use_causal_mask)
+        elif use_causal_mask:
+            attend, arguments = self._attend_causal, ()
+        else:
+            attend, arguments = self._attend_both_ways, ()
+        output, scores = attend(
+            query, key, value, attention_mask, attention_bias, training,
+            return_attention_scores, *arguments,
+        )
+        return _heads_first(output), scores
+
+    def _attend_causal(self, query, key, value, mask, bias, training, return_scores):
+        """A full causal pass: the skew is one reshape (`skew_causal_shifted`),
+        which puts query `i` in row `i + 1`; row 0 is a masked query."""
+        length, key_length = ops.shape(query)[2], ops.shape(key)[2]
+        count, key_rows, key_base = self._causal_rows(self.relative_key_embeddings, length)
+        dots = ops.cast(_dot_rows(query, ops.cast(key_rows, query.dtype)), "float32")
+        relative = skew_causal_shifted(dots, key_length)
+        if bias is not None:
+            relative = relative + ops.cast(_prepend_row(bias), "float32")
+        mask = merge_masks(_prepend_row(mask), causal_mask(length + 1, key_length, -1))
+        shifted_query = ops.pad(query, [[0, 0], [0, 0], [1, 0], [0, 0]])
+        value_table = self.relative_value_embeddings
+        output, scores, weights = self._attend(
+            shifted_query, key, value, relative, mask, training, return_scores, value_table is not None
+        )
+        output = _drop_first_row(output)
+        if value_table is not None:
+            _, value_rows, value_base = self._causal_rows(value_table, length, count)
+            by_distance = unskew_causal_shifted(weights, count)
+            output = output + _weigh_rows(by_distance, ops.cast(value_rows, weights.dtype))
+            if value_base is not None:
+                totals = _drop_first_row(ops.sum(weights, axis=-1, keepdims=True))
+                output = output + _weigh_rows(totals, ops.cast(value_base, weights.dtype))
+        return output, (None if scores is None else _drop_first_row(scores))
+
+    def _causal_rows(self, table, length, count=None):
+        """`(count, rows, base)`: the table rows of distances `-(count-1) .. 0`
+        less `base`, and `base` (`None`: zero).
+
+        Only rows that differ from `base` need a product with the queries, so
+        `count` stops there (or at the `length + 1` distances of the skew).
+        Skew tables have no term beyond their rows. A Shaw table's farthest
+        row serves every farther distance; relative to it (a constant per
+        query, which softmax ignores, and the weights' total times it for the
+        values) its `k` nearest rows are all there is.
+        """
+        m = self.max_relative_position
+        if count is None:
+            count = ops.minimum(m + 1, length + 1)
+            if isinstance(length, int):
+                count = min(m + 1, length + 1)
+        if not self._is_shaw:
+            return count, relative_table_window(table, 1 - count, count, m), None
+        base = table[..., :1, :]
+        return count, shaw_table_window(table, 1 - count, count, m) - base, base
+
+    def _attend_both_ways(self, query, key, value, mask, bias, training, return_scores):
+        """A full pass without the causal mask: the skew of every distance
+        `-(Lq - 1) .. Lk - 1`."""
+        query_length, key_length = ops.shape(query)[2], ops.shape(key)[2]
+        count = query_length + key_length - 1
+        key_rows = self._table_window(self.relative_key_embeddings, query_length, count)
+        dots = ops.cast(_dot_rows(query, ops.cast(key_rows, query.dtype)), "float32")
+        relative = skew(dots, key_length)
+        if bias is not None:
+            relative = relative + ops.cast(bias, "float32")
+        value_table = self.relative_value_embeddings
+        output, scores, weights = self._attend(
+            query, key, value, relative, mask, training, return_scores, value_table is not None
+        )
+        if value_table is not None:
+            value_rows = self._table_window(value_table, query_length, count)
+            output = output + _weigh_rows(unskew(weights), ops.cast(value_rows, weights.dtype))
+        return output, scores
+
+    def _table_window(self, table, query_length, count):
+        """Table rows for distances `-(query_length - 1) ..`, `count` of them:
+        zero beyond a skew table, the clipped rows of a Shaw table."""
+        window = relative_table_window if not self._is_shaw else shaw_table_window
+        return window(table, 1 - query_length, count, self.max_relative_position)
+
+    def _attend_by_pairs(
+        self, query, key, value, mask, bias, training, return_scores, cache_update_index,
+        use_causal_mask,
+    ):
+        """A cached call: each query-key pair reads its table row (queries at
+        positions `cache_update_index + i`), no skew."""
+        query_length, key_length = ops.shape(query)[2], ops.shape(key)[2]
+        if use_causal_mask:
+            causal = causal_mask(query_length, key_length, cache_update_index)
+            mask = merge_masks(mask, causal[None, None])
+        distances = relative_distances(query_length, key_length, cache_update_index)
+        dots = ops.cast(
+            _dot_rows(query, ops.cast(self.relative_key_embeddings, query.dtype)), "float32"
+        )
+        if self._is_shaw:
+            rows = ops.minimum(
+                shaw_table_rows(distances, self.max_relative_position), self.num_relative_rows - 1
+            )
+            relative = gather_relative_logits(dots, rows)
+        else:
+            rows, valid = skew_table_rows(
+                distances, self.max_relative_position, self.num_relative_rows
+            )
+            relative = ops.where(valid, gather_relative_logits(dots, rows), 0.0)
+        if bias is not None:
+            relative = relative + ops.cast(bias, "float32")
+        value_table = self.relative_value_embeddings
+        output, scores, weights = self._attend(
+            query, key, value, relative, mask, training, return_scores, value_table is not None
+        )
+        if value_table is not None:
             if self._is_shaw:
-                return gather_relative_logits(dots, shaw_table_rows(distances, self.max_relative_position))
-            rows, valid = skew_table_rows(distances, self.max_relative_position, self.num_relative_rows)
-            return ops.where(valid, gather_relative_logits(dots, rows), 0.0)
-        length = ops.shape(query)[1]
-        if mode == "masked":
-            window = self._table_window(table, length, length)
-            return skew_masked(ops.cast(_dot_rows(query, window), "float32"))
-        window = self._table_window(table, length, 2 * length - 1)
-        return skew(ops.cast(_dot_rows(query, window), "float32"), length)
-
-    def _relative_values(self, weights, mode, query_offset):
-        """The value term `[batch, query, heads, value_dim]`."""
-        table = ops.cast(self.relative_value_embeddings, weights.dtype)
-        query_length = ops.shape(weights)[-2]
-        if mode == "gather":
-            if self._is_shaw:
-                low, high = shaw_row_distances(self.max_relative_position)
+                low, high = shaw_row_distances(self.max_relative_position, self.num_relative_rows)
             else:
                 low, high = skew_row_distances(self.max_relative_position, self.num_relative_rows)
-            positions = ops.arange(query_length, dtype="int32") + ops.cast(query_offset, "int32")
+            positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_update_index, "int32")
             # Differences of cumulative sums: kept in float32 under mixed precision.
             by_row = sum_weights_by_distance(ops.cast(weights, "float32"), positions, low, high)
-            return _weigh_rows(ops.cast(by_row, weights.dtype), table)
-        if mode == "masked":
-            window = self._table_window(table, query_length, query_length)
-            return _weigh_rows(unskew_masked(weights), window)
-        window = self._table_window(table, query_length, 2 * query_length - 1)
-        return _weigh_rows(unskew(weights), window)
+            output = output + _weigh_rows(
+                ops.cast(by_row, weights.dtype), ops.cast(value_table, weights.dtype)
+            )
+        return output, scores
 
-    def _table_window(self, table, length, count):
-        """Table rows for distances `-(length - 1) .. count - length`: zero
-        beyond a skew table, the clipped rows of a Shaw table."""
-        if not self._is_shaw:
-            return relative_table_window(table, 1 - length, count, self.max_relative_position)
-        distances = ops.arange(count, dtype="int32") + (1 - length)
-        return ops.take(table, shaw_table_rows(distances, self.max_relative_position), axis=-2)
+    def _attend(self, query, key, value, bias, mask, training, return_scores, need_weights):
+        """The attention core on `[batch, heads, length, dim]` tensors:
+        `(output, scores or None, weights or None)`; the weights (dropped out
+        probabilities) when a relative value term needs them."""
+        dropout = self._attention_dropout(training)
+        if not (need_weights or return_scores):
+            return softmax_attention(query, key, value, bias, mask, dropout), None, None
+        scores = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)
+        weights = scores if dropout is None else dropout(scores)
+        output = ops.einsum("...qk,...kd->...qd", weights, value)
+        return output, (scores if return_scores else None), (weights if need_weights else None)
 
     def get_config(self):
         config = super().get_config()
@@ -347,22 +475,77 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 "relative_type": self.relative_type,
                 "heads_share_relative_embedding": self.heads_share_relative_embedding,
                 "add_relative_to_values": self.add_relative_to_values,
-                "causal": self.causal,
+                "causal_table": self.causal_table,
                 "relative_embeddings_initializer": initializer,
             }
         )
         return config
 
 
+def _check_constructor_kwargs(layer_name, kwargs):
+    if kwargs.get("flash_attention") is not None:
+        raise ValueError(
+            f"`flash_attention` must be None: {layer_name} computes its logits "
+            "itself (content plus relative terms), so no fused kernel applies. "
+            f"Received: flash_attention={kwargs['flash_attention']!r}"
+        )
+    if "causal" in kwargs:
+        raise ValueError(
+            f"{layer_name} takes no `causal` argument: ask for causality at call "
+            "time with `use_causal_mask`, and pass `causal_table=True` for tables "
+            f"that hold only distances <= 0. Received: causal={kwargs['causal']!r}"
+        )
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
+    return int(value)
+
+
+def _optional_bool(name, value):
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be None, True or False. Received: {name}={value!r}")
+    return value
+
+
+def _heads_first(x):
+    """`[batch, length, heads, dim]` <-> `[batch, heads, length, dim]`."""
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
+def _prepend_row(x):
+    """A mask or bias `[..., queries or 1, keys]` for the queries with a row 0
+    in front; that row is masked, so it repeats row 0 (no dtype to pad with)."""
+    if x is None or x.shape[-2] == 1:
+        return x
+    rank = len(x.shape)
+    first = ops.slice(x, (0,) * rank, (-1,) * (rank - 2) + (1, -1))
+    return ops.concatenate([first, x], axis=-2)
+
+
+def _drop_first_row(x):
+    """`[batch, heads, 1 + queries, n]` -> `[batch, heads, queries, n]`."""
+    return ops.slice(x, (0, 0, 1, 0), (-1, -1, -1, -1))
+
+
 def _dot_rows(query, table):
-    """`query [b, l, h, d]` dotted with table rows: `[b, h, l, rows]`."""
-    if len(table.shape) == 2:
-        return ops.einsum("blhd,rd->bhlr", query, table)
-    return ops.einsum("blhd,hrd->bhlr", query, table)
+    """`query [b, h, ..., l, d]` dotted with table rows `[(h,) rows, d]`:
+    `[b, h, ..., l, rows]` (a batched matmul: no transposes of the result)."""
+    return ops.matmul(query, ops.swapaxes(_broadcast_table(table, len(query.shape)), -1, -2))
 
 
 def _weigh_rows(weights_by_row, table):
-    """`weights_by_row [b, h, l, rows]` times table rows: `[b, l, h, d]`."""
+    """`weights_by_row [b, h, ..., l, rows]` times table rows `[(h,) rows, d]`:
+    `[b, h, ..., l, d]`."""
+    return ops.matmul(weights_by_row, _broadcast_table(table, len(weights_by_row.shape)))
+
+
+def _broadcast_table(table, rank):
+    """A per-head table `[h, rows, d]` aligned with `[b, h, ..., rows, d]`."""
     if len(table.shape) == 2:
-        return ops.einsum("bhlr,rd->blhd", weights_by_row, table)
-    return ops.einsum("bhlr,hrd->blhd", weights_by_row, table)
+        return table
+    table = table[None]
+    for _ in range(rank - 4):
+        table = ops.expand_dims(table, 2)
+    return table

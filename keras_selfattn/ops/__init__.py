@@ -46,15 +46,22 @@ from keras_selfattn.ops.masks import (
 )
 from keras_selfattn.ops.relative import (
     gather_relative_logits,
+    local_relative_logits,
+    local_relative_weights,
     relative_distances,
     relative_table_window,
+    shaw_row_distances,
     shaw_table_rows,
+    shaw_table_window,
     skew,
-    skew_masked,
+    skew_causal,
+    skew_causal_shifted,
+    skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
-    unskew_masked,
+    unskew_causal,
+    unskew_causal_shifted,
 )
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention

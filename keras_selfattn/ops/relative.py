@@ -28,8 +28,8 @@ def _split_last_two(x):
     return tuple(shape[:-2]), shape[-2], shape[-1]
 
 
-def skew_masked(x):
-    """Music Transformer skew of a masked relative matrix.
+def skew_causal(x):
+    """Music Transformer skew of a causal relative matrix.
 
     Args:
         x: `[..., L, L]`, column `c` standing for distance `c - (L - 1)`
@@ -38,11 +38,102 @@ def skew_masked(x):
     Returns:
         `[..., L, L]` with `out[i, j] = x[i, j - i + L - 1]` for `j <= i`. The
         upper triangle (`j > i`) holds unrelated entries: mask it.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[1., 2., 3.], [4., 5., 6.], [7., 8., 9.]])  # distances -2, -1, 0
+    >>> np.tril(np.asarray(skew_causal(x)))
+    array([[3., 0., 0.],
+           [5., 6., 0.],
+           [7., 8., 9.]])
     """
     leading, length, _ = _split_last_two(x)
     padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
     padded = ops.reshape(padded, leading + (length + 1, length))
     return _slice_trailing(padded, (1, 0), (-1, -1))
+
+
+def skew_causal_shifted(x, key_length=None):
+    """The causal skew as one reshape, with the queries one row down.
+
+    `skew_causal` pads, reshapes and slices, writing two `[..., L, L]`
+    tensors (and two more for its gradient). With one distance column more
+    than there are queries, a row-major reshape alone moves row `i` left by
+    `i`, and the only price is that query `i` lands in row `i + 1`: attend
+    with a masked query in front (row 0) and drop its output.
+
+    Args:
+        x: `[..., L, n]`, `1 <= n <= L + 1`: query `i` dotted with the table
+            rows of distances `-(n - 1) .. 0` (column `c` stands for distance
+            `c - (n - 1)`); farther distances count as zero.
+        key_length: the number of keys, `L` if `None`; keys past `L - 1` are
+            all in the future of every query (zero columns are added), keys
+            are dropped from the end when there are fewer.
+
+    Returns:
+        `[..., L + 1, key_length]`: `out[..., i + 1, j] = x[..., i, j - i + n - 1]`
+        for `i - (n - 1) <= j <= i` and zero for `j < i - (n - 1)`. Row 0 and
+        the entries above the diagonal (`j > i`) are unrelated: mask them.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[1., 2., 3.], [4., 5., 6.], [7., 8., 9.]])  # distances -2, -1, 0
+    >>> out = np.asarray(skew_causal_shifted(x))  # [4, 3]; query i in row i + 1
+    >>> np.tril(out[1:])
+    array([[3., 0., 0.],
+           [5., 6., 0.],
+           [7., 8., 9.]])
+    """
+    leading, length, count = _split_last_two(x)
+    # Distances -L .. 0: L + 1 columns for L rows.
+    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [length + 1 - count, 0]])
+    skewed = ops.reshape(x, leading + (length + 1, length))
+    return skewed if key_length is None else _fit_last_axis(skewed, key_length)
+
+
+def unskew_causal_shifted(weights, count):
+    """Inverse of `skew_causal_shifted` for causally masked weights.
+
+    Args:
+        weights: `[..., L + 1, key_length]` in the layout `skew_causal_shifted`
+            returns (query `i` in row `i + 1`), zero in row 0 and above the
+            diagonal (`j > i`), e.g. causally masked attention weights.
+        count: the number of distances `n` to return, `1 <= n <= L + 1`.
+
+    Returns:
+        `[..., L, n]`: `out[..., i, c]` is the weight of query `i` on the key
+        at distance `c - (n - 1)` (key `i + c - (n - 1)`), zero where that key
+        is before position 0.
+
+    Example:
+
+    >>> import numpy as np
+    >>> weights = np.array([[0., 0.], [1., 0.], [2., 3.]])  # 2 queries, row 0 empty
+    >>> np.asarray(unskew_causal_shifted(weights, count=2))  # distances -1, 0
+    array([[0., 1.],
+           [2., 3.]])
+    """
+    leading, rows, _ = _split_last_two(weights)
+    length = rows - 1
+    weights = _fit_last_axis(weights, length)
+    # The reshape `skew_causal_shifted` undone: L rows of L + 1 distances.
+    by_distance = ops.reshape(weights, leading + (length, length + 1))
+    return _slice_trailing(by_distance, (length + 1 - count,), (count,))
+
+
+def _fit_last_axis(x, size):
+    """Crops or zero-pads the last axis to `size`. With a size known only
+    when the graph runs, both ops are emitted; the one not needed is a no-op."""
+    current = ops.shape(x)[-1]
+    static = isinstance(current, int) and isinstance(size, int)
+    if static and current == size:
+        return x
+    if not static or current < size:
+        padding = size - current if static else ops.maximum(size - current, 0)
+        x = ops.pad(x, [[0, 0]] * (len(x.shape) - 1) + [[0, padding]])
+    return _slice_trailing(x, (0,), (size,))
 
 
 def skew(x, key_length):
@@ -66,8 +157,8 @@ def skew(x, key_length):
     return _slice_trailing(ops.reshape(flat, leading + (query_length, width)), (0,), (key_length,))
 
 
-def unskew_masked(x):
-    """Inverse of `skew_masked` for a matrix whose upper triangle is zero.
+def unskew_causal(x):
+    """Inverse of `skew_causal` for a matrix whose upper triangle is zero.
 
     Args:
         x: `[..., L, L]` in query-key layout, zero where `j > i` (e.g.
@@ -101,10 +192,11 @@ def unskew(x):
     return _slice_trailing(ops.reshape(flat, leading + (query_length, width + 1)), (0,), (width,))
 
 
-def relative_distances(query_length, key_length, query_offset=0):
-    """`[Lq, Lk]` int32 distances `j - (query_offset + i)`."""
+def relative_distances(query_length, key_length, cache_update_index=0):
+    """`[Lq, Lk]` int32 distances `j - (cache_update_index + i)`: query row
+    `i` stands at position `cache_update_index + i`, key `j` at `j`."""
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        query_offset, "int32"
+        cache_update_index, "int32"
     )
     key_positions = ops.arange(key_length, dtype="int32")
     return key_positions[None, :] - query_positions[:, None]
@@ -145,6 +237,25 @@ def relative_table_window(table, first_distance, count, max_relative_position):
     rows, valid = skew_table_rows(distances, max_relative_position, table.shape[-2])
     window = ops.take(table, rows, axis=-2)
     return window * ops.cast(valid, table.dtype)[:, None]
+
+
+def shaw_table_window(table, first_distance, count, max_relative_position):
+    """Rows of a Shaw table for distances `first_distance .. + count - 1`.
+
+    Args:
+        table: `[..., rows, depth]`, row `r` standing for the distances that
+            clip to `r - k`, `k = max_relative_position` (`rows = 2k + 1`, or
+            `k + 1` for a causal table, which has no row for distances > 0).
+        first_distance: the distance of the first returned row.
+        count: number of rows to return.
+        max_relative_position: `k`.
+
+    Returns:
+        `[..., count, depth]`, the clipped row of each distance.
+    """
+    distances = ops.arange(count, dtype="int32") + ops.cast(first_distance, "int32")
+    rows = ops.minimum(shaw_table_rows(distances, max_relative_position), table.shape[-2] - 1)
+    return ops.take(table, rows, axis=-2)
 
 
 def gather_relative_logits(query_table_logits, rows):
@@ -197,14 +308,14 @@ def skew_row_distances(max_relative_position, num_rows):
     return distances, distances
 
 
-def shaw_row_distances(max_relative_position):
-    """`(low, high)` distance ranges of Shaw rows; the end rows are open."""
+def shaw_row_distances(max_relative_position, num_rows):
+    """`(low, high)` distance ranges of Shaw rows (row `r` is distance `r - k`):
+    the first row is open towards the past, a last row of distance `k` (a
+    table of `2k + 1` rows) towards the future."""
     k = max_relative_position
-    distances = ops.arange(2 * k + 1, dtype="int32") - k
-    is_first = ops.equal(distances, -k)
-    is_last = ops.equal(distances, k)
-    low = ops.where(is_first, -_UNBOUNDED_DISTANCE, distances)
-    high = ops.where(is_last, _UNBOUNDED_DISTANCE, distances)
+    distances = ops.arange(num_rows, dtype="int32") - k
+    low = ops.where(ops.equal(distances, -k), -_UNBOUNDED_DISTANCE, distances)
+    high = ops.where(ops.equal(distances, k), _UNBOUNDED_DISTANCE, distances)
     return low, high
 
 

@@ -41,7 +41,7 @@ def test_matches_naive_local_relations(length, block_length, max_relative_positi
         add_relative_to_values=values,
     )
     x = inputs(1 if length > 100 else 2, length)
-    output = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    output = ops.convert_to_numpy(layer(x))
     rows = max_relative_position or 2 * block_length
     table_shape = (rows, KEY_DIM) if shared else (NUM_HEADS, rows, KEY_DIM)
     assert tuple(layer.relative_key_embeddings.shape) == table_shape
@@ -54,7 +54,7 @@ def test_padding_masks():
     x = inputs(2, 10)
     present = np.arange(10)[None, :] < np.array([[6], [10]])
     output = ops.convert_to_numpy(
-        layer(x, x, query_mask=present, value_mask=present, use_causal_mask=True)
+        layer(x, query_mask=present, use_causal_mask=True)
     )
     expected = naive_relative_attention(layer, x, skew_relation(6), local_window(3), key_mask=present)
     np.testing.assert_allclose(output[1], expected[1], atol=1e-5, rtol=1e-5)
@@ -69,11 +69,11 @@ def test_padding_masks():
 def test_cached_loop_equals_full_pass(prefill, values):
     layer = make_layer(block_length=4, add_relative_to_values=values)
     x = inputs(2, 13)
-    full = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    full = ops.convert_to_numpy(layer(x))
     looped, cache = cached_loop(layer, x, prefill)
     np.testing.assert_allclose(looped, full, atol=1e-5, rtol=1e-5)
     _, full_cache = layer(
-        x, x, cache=np.zeros_like(cache), cache_update_index=0, use_causal_mask=True
+        x, cache=np.zeros_like(cache), cache_update_index=0
     )
     np.testing.assert_allclose(cache, ops.convert_to_numpy(full_cache), atol=1e-6)
 
@@ -82,16 +82,16 @@ def test_never_attends_to_the_future_or_outside_its_window():
     block_length = 4
     layer = make_layer(block_length=block_length, add_relative_to_values=True)
     x = inputs(2, 20)
-    before = ops.convert_to_numpy(layer(x, x, use_causal_mask=True))
+    before = ops.convert_to_numpy(layer(x))
     for t in (0, 9, 18):
         changed = x.copy()
         changed[:, t + 1 :] *= -3.0
-        after = ops.convert_to_numpy(layer(changed, changed, use_causal_mask=True))
+        after = ops.convert_to_numpy(layer(changed))
         np.testing.assert_allclose(after[:, : t + 1], before[:, : t + 1], atol=1e-6)
     # Positions 12.. (block 3 on) do not see block 1 (positions 4..7).
     changed = x.copy()
     changed[:, 4:8] *= -3.0
-    after = ops.convert_to_numpy(layer(changed, changed, use_causal_mask=True))
+    after = ops.convert_to_numpy(layer(changed))
     np.testing.assert_allclose(after[:, 12:], before[:, 12:], atol=1e-6)
     assert not np.allclose(after[:, 8:12], before[:, 8:12])
 
@@ -102,9 +102,8 @@ def test_shared_layer_checks(values, tmp_path):
     run_layer_test(
         LocalRelativeAttention1D,
         dict(num_heads=NUM_HEADS, key_dim=KEY_DIM, block_length=4, add_relative_to_values=values),
-        {"query": x, "value": x},
+        {"query": x},
         tmp_path,
-        call_kwargs={"use_causal_mask": True},
     )
 
 
@@ -122,18 +121,48 @@ def test_bad_max_relative_position():
 def test_refuses_an_unmasked_call():
     layer = make_layer(block_length=2)
     x = inputs(1, 4)
-    with pytest.raises(ValueError, match="use_causal_mask"):
-        layer(x, x)
+    with pytest.raises(ValueError, match="LocalRelativeAttention1D is causal.*use_causal_mask"):
+        layer(x, use_causal_mask=False)
+
+
+def test_call_forms_agree():
+    layer = make_layer(block_length=3, add_relative_to_values=True)
+    x = inputs(2, 8)
+    expected = ops.convert_to_numpy(layer(x))
+    for output in (layer(x, x), layer(x, x, x, use_causal_mask=True), layer(query=x, use_causal_mask=None)):
+        np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-6)
+
+
+def test_sliding_window_narrows_the_window():
+    layer = make_layer(block_length=4, sliding_window=3, add_relative_to_values=True)
+    x = inputs(2, 13)
+    output = ops.convert_to_numpy(layer(x))
+    window = local_window(4)
+    expected = naive_relative_attention(layer, x, skew_relation(8), lambda i, j: window(i, j) and i - j < 3)
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+    looped, _ = cached_loop(layer, x)
+    np.testing.assert_allclose(looped, output, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flash_attention", [True, False])
+def test_flash_attention_is_refused(flash_attention):
+    with pytest.raises(ValueError, match="flash_attention"):
+        make_layer(block_length=2, flash_attention=flash_attention)
+
+
+def test_bool_block_length_is_refused():
+    with pytest.raises(ValueError, match="block_length"):
+        make_layer(block_length=True)
 
 
 def test_full_pass_refuses_a_dense_attention_mask():
     layer = make_layer(block_length=2)
     x = inputs(1, 4)
     with pytest.raises(ValueError, match="attention_mask"):
-        layer(x, x, attention_mask=np.ones((4, 4), bool), use_causal_mask=True)
+        layer(x, attention_mask=np.ones((4, 4), bool))
 
 
 def test_full_pass_needs_one_length():
     layer = make_layer(block_length=2)
     with pytest.raises(ValueError, match="one length"):
-        layer(inputs(1, 4), inputs(1, 6), use_causal_mask=True)
+        layer(inputs(1, 4), inputs(1, 6))

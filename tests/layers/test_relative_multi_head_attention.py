@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -38,7 +39,9 @@ def skew_relation(max_relative_position):
 
 
 def shaw_relation(k):
-    return lambda table, distance: table[min(max(distance, -k), k) + k]
+    """Shaw: row `clip(d, -k, k) + k`; a causal table stops at distance 0
+    (its queries never see later keys)."""
+    return lambda table, distance: table[min(max(distance, -k), k, table.shape[0] - 1 - k) + k]
 
 
 def naive_relative_attention(layer, x, relation, allowed, key_mask=None):
@@ -108,11 +111,11 @@ def test_skew_matches_naive_relations(length, max_relative_position, mode, share
         max_relative_position=max_relative_position,
         heads_share_relative_embedding=shared,
         add_relative_to_values=values,
-        causal=mode == "masked",
+        causal_table=mode == "masked",
     )
     x = inputs(1 if length > 100 else 2, length)
     masked = mode != "unmasked"
-    output = ops.convert_to_numpy(layer(x, x, use_causal_mask=masked))
+    output = ops.convert_to_numpy(layer(x, use_causal_mask=masked))
     rows = max_relative_position if mode == "masked" else 2 * max_relative_position - 1
     table_shape = (rows, KEY_DIM) if shared else (NUM_HEADS, rows, KEY_DIM)
     assert tuple(layer.relative_key_embeddings.shape) == table_shape
@@ -124,14 +127,21 @@ def test_skew_matches_naive_relations(length, max_relative_position, mode, share
 
 
 @pytest.mark.parametrize("length", [1, 6, 23, 300])
-@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+@pytest.mark.parametrize("mode", ["unmasked", "masked", "causal_table"])
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "per_head"])
-def test_shaw_matches_naive_relations(length, masked, shared):
+def test_shaw_matches_naive_relations(length, mode, shared):
     k = 4
-    layer = make_layer(max_relative_position=k, relative_type="shaw", heads_share_relative_embedding=shared)
+    layer = make_layer(
+        max_relative_position=k,
+        relative_type="shaw",
+        heads_share_relative_embedding=shared,
+        causal_table=mode == "causal_table",
+    )
     x = inputs(1 if length > 100 else 2, length)
+    masked = mode != "unmasked"
     output = ops.convert_to_numpy(layer(x, x, use_causal_mask=masked))
-    table_shape = (2 * k + 1, KEY_DIM) if shared else (NUM_HEADS, 2 * k + 1, KEY_DIM)
+    rows = k + 1 if mode == "causal_table" else 2 * k + 1
+    table_shape = (rows, KEY_DIM) if shared else (NUM_HEADS, rows, KEY_DIM)
     assert tuple(layer.relative_key_embeddings.shape) == table_shape
     assert tuple(layer.relative_value_embeddings.shape) == table_shape
     expected = naive_relative_attention(layer, x, shaw_relation(k), causal if masked else everything)
@@ -162,22 +172,23 @@ def cached_loop(layer, x, prefill=0):
     cache = np.zeros((batch, 2, length, NUM_HEADS, KEY_DIM), "float32")
     outputs = []
     if prefill:
-        output, cache = layer(x[:, :prefill], x[:, :prefill], cache=cache, cache_update_index=0, use_causal_mask=True)
+        output, cache = layer(x[:, :prefill], cache=cache, cache_update_index=0, use_causal_mask=True)
         outputs.append(ops.convert_to_numpy(output))
     for t in range(prefill, length):
         step = x[:, t : t + 1]
-        output, cache = layer(step, step, cache=cache, cache_update_index=t, use_causal_mask=True)
+        output, cache = layer(step, cache=cache, cache_update_index=t, use_causal_mask=True)
         outputs.append(ops.convert_to_numpy(output))
     return np.concatenate(outputs, axis=1), ops.convert_to_numpy(cache)
 
 
 CACHED_SETTINGS = {
-    "skew_masked_table": dict(max_relative_position=4, causal=True),
+    "skew_causal_table": dict(max_relative_position=4, causal_table=True),
     "skew_full_table_values": dict(max_relative_position=4, add_relative_to_values=True),
     "skew_shared_long_table": dict(
         max_relative_position=30, heads_share_relative_embedding=True, add_relative_to_values=True
     ),
     "shaw": dict(max_relative_position=3, relative_type="shaw"),
+    "shaw_causal_table": dict(max_relative_position=3, relative_type="shaw", causal_table=True),
 }
 
 
@@ -196,7 +207,7 @@ def test_cached_loop_equals_full_causal_pass(settings, prefill):
 
 
 @pytest.mark.parametrize("max_relative_position", [3, 40])
-@pytest.mark.parametrize("settings", [dict(causal=True), dict(add_relative_to_values=True)])
+@pytest.mark.parametrize("settings", [dict(causal_table=True), dict(add_relative_to_values=True)])
 def test_masked_skew_never_attends_to_the_future(max_relative_position, settings):
     layer = make_layer(max_relative_position=max_relative_position, **settings)
     x = inputs(2, 20)
@@ -210,7 +221,7 @@ def test_masked_skew_never_attends_to_the_future(max_relative_position, settings
 
 
 LAYER_TEST_SETTINGS = {
-    "skew_masked_values": (dict(max_relative_position=5, causal=True, add_relative_to_values=True), True),
+    "skew_causal_values": (dict(max_relative_position=5, causal_table=True, add_relative_to_values=True), True),
     "skew_unmasked_shared": (dict(max_relative_position=3, heads_share_relative_embedding=True), False),
     "shaw": (dict(max_relative_position=2, relative_type="shaw", dropout=0.1), True),
 }
@@ -222,7 +233,7 @@ def test_shared_layer_checks(settings, masked, tmp_path):
     run_layer_test(
         RelativeMultiHeadAttention,
         dict(num_heads=NUM_HEADS, key_dim=KEY_DIM, **settings),
-        {"query": x, "value": x},
+        {"query": x},
         tmp_path,
         call_kwargs={"use_causal_mask": masked},
     )
@@ -234,19 +245,21 @@ def test_config_keeps_relative_options():
         relative_type="shaw",
         heads_share_relative_embedding=False,
         add_relative_to_values=True,
+        causal_table=True,
         relative_embeddings_initializer="zeros",
     )
     revived = RelativeMultiHeadAttention.from_config(layer.get_config())
     assert revived.max_relative_position == 7
     assert revived.relative_type == "shaw"
     assert revived.heads_share_relative_embedding is False
+    assert revived.causal_table is True
     x = inputs(1, 3)
-    revived(x, x)
-    assert tuple(revived.relative_key_embeddings.shape) == (NUM_HEADS, 15, KEY_DIM)
+    revived(x)
+    assert tuple(revived.relative_key_embeddings.shape) == (NUM_HEADS, 8, KEY_DIM)
     np.testing.assert_array_equal(ops.convert_to_numpy(revived.relative_key_embeddings), 0.0)
 
 
-@pytest.mark.parametrize("value", [0, -2, 1.5])
+@pytest.mark.parametrize("value", [0, -2, 1.5, True, False])
 def test_bad_max_relative_position(value):
     with pytest.raises(ValueError, match="max_relative_position"):
         make_layer(max_relative_position=value)
@@ -257,11 +270,11 @@ def test_unknown_relative_type_lists_the_valid_ones():
         make_layer(max_relative_position=2, relative_type="t5")
 
 
-def test_causal_layer_refuses_an_unmasked_call():
-    layer = make_layer(max_relative_position=2, causal=True)
+def test_causal_table_refuses_an_unmasked_call():
+    layer = make_layer(max_relative_position=2, causal_table=True)
     x = inputs(1, 4)
-    with pytest.raises(ValueError, match="use_causal_mask"):
-        layer(x, x)
+    with pytest.raises(ValueError, match=r"causal_table=True.*use_causal_mask"):
+        layer(x, use_causal_mask=False)
 
 
 def test_cache_needs_its_update_index():
@@ -285,3 +298,126 @@ def test_needs_sequence_inputs():
     image = np.zeros((1, 3, 3, WIDTH), "float32")
     with pytest.raises(ValueError, match="attention_axes"):
         layer(image, image)
+
+
+@pytest.mark.parametrize("relative_type", ["skew", "shaw"])
+def test_self_attention_call_forms_and_causal_defaults(relative_type):
+    x = inputs(2, 6)
+    encoder = make_layer(max_relative_position=3, relative_type=relative_type)
+    both_ways = ops.convert_to_numpy(encoder(x))
+    np.testing.assert_allclose(both_ways, ops.convert_to_numpy(encoder(x, x, x)), atol=1e-6)
+    np.testing.assert_allclose(both_ways, ops.convert_to_numpy(encoder(x, use_causal_mask=False)), atol=1e-6)
+    assert not np.allclose(both_ways, ops.convert_to_numpy(encoder(x, use_causal_mask=True)))
+
+    decoder = make_layer(max_relative_position=3, relative_type=relative_type, causal_table=True)
+    causal_output = ops.convert_to_numpy(decoder(x))
+    np.testing.assert_allclose(causal_output, ops.convert_to_numpy(decoder(x, x, use_causal_mask=True)), atol=1e-6)
+    relation = skew_relation(3) if relative_type == "skew" else shaw_relation(3)
+    np.testing.assert_allclose(causal_output, naive_relative_attention(decoder, x, relation, causal), atol=1e-5)
+
+
+def test_query_padding_masks_keys_when_value_is_omitted():
+    layer = make_layer(max_relative_position=3, add_relative_to_values=True)
+    x = inputs(2, 8)
+    present = np.arange(8)[None, :] < np.array([[5], [8]])
+    output = ops.convert_to_numpy(layer(x, query_mask=present, use_causal_mask=True))
+    expected = naive_relative_attention(layer, x, skew_relation(3), causal, key_mask=present)
+    np.testing.assert_allclose(output[1], expected[1], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(output[0, :5], expected[0, :5], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal_table", [False, True])
+@pytest.mark.parametrize("relative_type", ["skew", "shaw"])
+def test_returned_scores_and_attention_bias(causal_table, relative_type):
+    layer = make_layer(max_relative_position=3, relative_type=relative_type, causal_table=causal_table)
+    x = inputs(2, 7)
+    output, scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    scores = ops.convert_to_numpy(scores)
+    assert scores.shape == (2, NUM_HEADS, 7, 7)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(scores * (1 - np.tril(np.ones((7, 7)))), 0.0)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), ops.convert_to_numpy(layer(x, use_causal_mask=True)), atol=1e-6)
+    # A bias of minus infinity-like on key 0 moves every row's weight off it.
+    bias = np.zeros((1, 1, 7, 7), "float32")
+    bias[..., 0] = -1e9
+    _, biased = layer(x, use_causal_mask=True, attention_bias=bias, return_attention_scores=True)
+    biased = ops.convert_to_numpy(biased)
+    np.testing.assert_array_equal(biased[:, :, 1:, 0], 0.0)
+    np.testing.assert_allclose(biased[:, :, 1:].sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("flash_attention", [True, False])
+def test_flash_attention_is_refused(flash_attention):
+    with pytest.raises(ValueError, match="flash_attention.*logits"):
+        make_layer(max_relative_position=2, flash_attention=flash_attention)
+
+
+def test_causal_is_no_constructor_argument():
+    with pytest.raises(ValueError, match=r"use_causal_mask.*causal_table"):
+        make_layer(max_relative_position=2, causal=True)
+
+
+@pytest.mark.parametrize("name", ["causal_table", "heads_share_relative_embedding", "add_relative_to_values"])
+def test_boolean_options_reject_other_values(name):
+    with pytest.raises(ValueError, match=name):
+        make_layer(max_relative_position=2, **{name: 1})
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="unknown lengths are a TensorFlow graph feature")
+@pytest.mark.parametrize(
+    "settings, masked",
+    [
+        (dict(max_relative_position=4, causal_table=True, add_relative_to_values=True), True),
+        (dict(max_relative_position=40, causal_table=True), True),
+        (dict(max_relative_position=3, relative_type="shaw"), True),
+        (dict(max_relative_position=3, relative_type="shaw"), False),
+        (dict(max_relative_position=4, add_relative_to_values=True), False),
+    ],
+)
+def test_unknown_lengths_take_the_skew(settings, masked, monkeypatch):
+    import tensorflow as tf
+
+    layer = make_layer(**settings)
+    x = inputs(2, 11)
+    expected = ops.convert_to_numpy(layer(x, use_causal_mask=masked))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a full pass read its relative rows per query-key pair")
+
+    monkeypatch.setattr(layer, "_attend_by_pairs", refuse)
+    traced = tf.function(
+        lambda x: layer(x, use_causal_mask=masked),
+        input_signature=[tf.TensorSpec((None, None, WIDTH), "float32")],
+    )
+    np.testing.assert_allclose(traced(x).numpy(), expected, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(traced(x[:1, :5]).numpy(), ops.convert_to_numpy(layer(x[:1, :5], use_causal_mask=masked)), atol=1e-5, rtol=1e-5)
+
+
+def test_cross_lengths_without_cache_match_naive_relations():
+    """Queries and keys of different lengths: query `i` at position `i`."""
+    layer = make_layer(max_relative_position=3, relative_type="shaw")
+    x, memory = inputs(2, 4), inputs(2, 7, seed=1)
+    output = ops.convert_to_numpy(layer(x, memory, use_causal_mask=True))
+    expected = naive_cross_attention(weights_of(layer), x, memory, shaw_relation(3))
+    np.testing.assert_allclose(output, expected, atol=1e-5, rtol=1e-5)
+
+
+def naive_cross_attention(w, queries, memory, relation):
+    """Causal relative attention of `queries` (positions 0..) to `memory`."""
+    q = np.einsum("bli,ihd->blhd", queries, w["query_dense"][0]) + w["query_dense"][1]
+    k = np.einsum("bli,ihd->blhd", memory, w["key_dense"][0]) + w["key_dense"][1]
+    v = np.einsum("bli,ihd->blhd", memory, w["value_dense"][0]) + w["value_dense"][1]
+    attended = np.zeros(q.shape[:2] + v.shape[2:])
+    for h in range(q.shape[2]):
+        for i in range(q.shape[1]):
+            keys = range(min(i + 1, k.shape[1]))
+            logits = np.stack(
+                [np.sum(q[:, i, h] * (k[:, j, h] + relation(head_table(w["key_table"], h), j - i)), -1) for j in keys],
+                axis=-1,
+            ) / np.sqrt(q.shape[-1])
+            p = np.exp(logits - logits.max(-1, keepdims=True))
+            p /= p.sum(-1, keepdims=True)
+            values = np.stack([v[:, j, h] + relation(head_table(w["value_table"], h), j - i) for j in keys], 1)
+            attended[:, i, h] = np.einsum("bj,bjd->bd", p, values)
+    kernel, bias = w["output_dense"]
+    return np.einsum("blhd,hdo->blo", attended, kernel) + bias

@@ -11,13 +11,16 @@ from keras_selfattn.ops.relative import (
     relative_table_window,
     shaw_row_distances,
     shaw_table_rows,
+    shaw_table_window,
     skew,
-    skew_masked,
+    skew_causal,
+    skew_causal_shifted,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
-    unskew_masked,
+    unskew_causal,
+    unskew_causal_shifted,
 )
 
 LENGTHS = [1, 2, 5, 37]
@@ -32,9 +35,9 @@ def random(*shape, seed=0):
 
 
 @pytest.mark.parametrize("length", LENGTHS)
-def test_skew_masked_moves_distances_to_keys_below_the_diagonal(length):
+def test_skew_causal_moves_distances_to_keys_below_the_diagonal(length):
     x = random(2, 3, length, length)
-    out = numpy(skew_masked(x))
+    out = numpy(skew_causal(x))
     assert out.shape == x.shape
     for i in range(length):
         for j in range(i + 1):
@@ -53,15 +56,15 @@ def test_skew_covers_every_distance(query_length, key_length):
 
 
 @pytest.mark.parametrize("length", LENGTHS)
-def test_unskew_masked_inverts_the_skew_of_a_lower_triangle(length):
+def test_unskew_causal_inverts_the_skew_of_a_lower_triangle(length):
     weights = np.tril(random(2, length, length))
-    out = numpy(unskew_masked(weights))
+    out = numpy(unskew_causal(weights))
     for i in range(length):
         for c in range(length):
             j = c + i - (length - 1)
             expected = weights[:, i, j] if j >= 0 else 0.0
             np.testing.assert_array_equal(out[:, i, c], expected)
-    np.testing.assert_array_equal(np.tril(numpy(skew_masked(out))), weights)
+    np.testing.assert_array_equal(np.tril(numpy(skew_causal(out))), weights)
 
 
 @pytest.mark.parametrize("query_length", LENGTHS)
@@ -79,7 +82,7 @@ def test_unskew_places_each_key_at_its_distance(query_length, key_length):
 
 
 def test_relative_distances_count_from_the_query_offset():
-    distances = numpy(relative_distances(2, 5, query_offset=3))
+    distances = numpy(relative_distances(2, 5, cache_update_index=3))
     np.testing.assert_array_equal(distances, [[-3, -2, -1, 0, 1], [-4, -3, -2, -1, 0]])
 
 
@@ -147,7 +150,7 @@ def test_sum_weights_by_distance_for_clipped_shaw_rows(offset):
     k = 2
     weights = np.abs(random(2, 5, 12))
     positions = np.arange(5, dtype="int32") + offset
-    low, high = shaw_row_distances(k)
+    low, high = shaw_row_distances(k, 2 * k + 1)
     out = numpy(sum_weights_by_distance(weights, positions, low, high))
     expected = naive_sum_by_row(weights, positions, lambda d: int(np.clip(d, -k, k)) + k, 2 * k + 1)
     np.testing.assert_allclose(out, expected, atol=1e-6)
@@ -170,3 +173,55 @@ def test_local_relative_logits_and_weights(block_length):
                 np.testing.assert_array_equal(by_distance[..., q, column], weights[..., q, m])
             else:
                 np.testing.assert_array_equal(logits[..., q, m], 0.0)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("count_less", [0, 1, 3])
+@pytest.mark.parametrize("key_extra", [0, 2, -1])
+def test_skew_causal_shifted_puts_query_i_in_row_i_plus_one(length, count_less, key_extra):
+    count = max(1, length + 1 - count_less)
+    key_length = max(1, length + key_extra)
+    x = random(2, 3, length, count)  # column c: distance c - (count - 1)
+    out = numpy(skew_causal_shifted(x, key_length))
+    assert out.shape == (2, 3, length + 1, key_length)
+    for i in range(length):
+        for j in range(min(i + 1, key_length)):
+            column = j - i + count - 1
+            expected = x[..., i, column] if column >= 0 else 0.0
+            np.testing.assert_array_equal(out[..., i + 1, j], expected)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("count_less", [0, 2])
+@pytest.mark.parametrize("key_extra", [0, 3, -1])
+def test_unskew_causal_shifted_reads_weights_by_distance(length, count_less, key_extra):
+    count = max(1, length + 1 - count_less)
+    key_length = max(1, length + key_extra)
+    weights = np.zeros((2, length + 1, key_length), "float32")
+    for i in range(length):
+        keys = min(i + 1, key_length)
+        weights[:, i + 1, :keys] = random(2, keys, seed=i)
+    out = numpy(unskew_causal_shifted(weights, count))
+    assert out.shape == (2, length, count)
+    for i in range(length):
+        for c in range(count):
+            j = i + c - (count - 1)
+            expected = weights[:, i + 1, j] if 0 <= j < key_length else 0.0
+            np.testing.assert_array_equal(out[:, i, c], expected)
+
+
+def test_shaw_table_window_clips_and_stops_at_a_causal_table():
+    k = 2
+    full, causal_table = random(2 * k + 1, 3), random(k + 1, 3, seed=1)
+    window = numpy(shaw_table_window(full, -4, 9, k))
+    for n, distance in enumerate(range(-4, 5)):
+        np.testing.assert_array_equal(window[n], full[int(np.clip(distance, -k, k)) + k])
+    window = numpy(shaw_table_window(causal_table, -4, 5, k))
+    for n, distance in enumerate(range(-4, 1)):
+        np.testing.assert_array_equal(window[n], causal_table[max(distance, -k) + k])
+
+
+def test_shaw_row_distances_of_a_causal_table_end_at_zero():
+    low, high = (numpy(t) for t in shaw_row_distances(2, 3))
+    assert low[0] < -1000 and list(low[1:]) == [-1, 0]
+    assert list(high) == [-2, -1, 0]
