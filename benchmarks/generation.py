@@ -1,0 +1,152 @@
+"""Generation benchmark: cached against uncached decoding, and the cost of a step by position.
+
+Three tables (TensorFlow backend; `--xla` compiles the cached generation
+with XLA, otherwise it runs as a `tf.function` graph with XLA off, the way
+TensorFlow Serving runs it):
+
+1. Music: `--events` events continued from a `--primer`-event primer, per
+   preset width and batch size: `continue_sequence` (cached) against an
+   uncached loop that re-runs the model's forward pass on the growing
+   sequence and takes the argmax (t2t's fallback for relative and local
+   attention). The uncached time is the mean of one pass at `--samples`
+   evenly spaced lengths times the number of steps.
+2. Per-step time of cached decoding at each `--positions` for the `maestro`
+   width: `(T(k2) - T(k1)) / (k2 - k1)` where `T(k)` generates `k` tokens
+   after a primer of that length (the prefill cancels), so the step is
+   timed inside the generation loop with a cache sized to the position.
+3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
+   forward pass per sub-pixel), `local_1d` and `local_2d`.
+
+    python benchmarks/generation.py            # the issue's sizes
+    python benchmarks/generation.py --quick    # small sizes for a CPU
+"""
+
+import argparse
+import time
+
+from common import print_table  # noqa: E402  (sets the import path)
+
+import numpy as np
+import tensorflow as tf
+
+from keras_selfattn.generation import continue_sequence, sample_images
+from keras_selfattn.models import image_transformer, music_transformer
+
+VOCAB_SIZE = 390
+RNG = np.random.default_rng(0)
+
+
+def best_seconds(function, *args, repeats=2):
+    """Fastest of `repeats` timed calls, after one untimed (tracing) call."""
+    np.asarray(function(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.asarray(function(*args))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _music_model(preset):
+    return music_transformer(VOCAB_SIZE, preset=preset, dropout=0.0)
+
+
+def music_table(presets, batches, events, primer_length, samples, xla):
+    rows = []
+    for preset in presets:
+        model = _music_model(preset)
+        forward = tf.function(
+            lambda tokens: tf.argmax(model(tokens)[:, -1], axis=-1),
+            input_signature=[tf.TensorSpec((None, None), tf.int32)],
+        )
+        for batch in batches:
+            primer = RNG.integers(0, VOCAB_SIZE, (batch, primer_length)).astype("int32")
+            generate = tf.function(
+                lambda p: continue_sequence(model, p, events, temperature=0), jit_compile=xla
+            )
+            cached = best_seconds(generate, primer, repeats=1)
+            lengths = np.linspace(primer_length, primer_length + events - 1, samples).astype(int)
+            per_pass = [
+                best_seconds(forward, RNG.integers(0, VOCAB_SIZE, (batch, n)).astype("int32"))
+                for n in lengths
+            ]
+            uncached = float(np.mean(per_pass)) * events
+            rows.append([preset, batch, events, cached, uncached, uncached / cached])
+    print_table(
+        f"Music: {events} events from a {primer_length}-event primer, greedy"
+        + ("  (cached: XLA)" if xla else "  (cached: graph, XLA off)"),
+        ["preset", "batch", "events", "cached s", "uncached s", "speed-up"],
+        rows,
+    )
+
+
+def step_table(positions, k1, k2, xla):
+    model = _music_model("maestro")
+    rows = []
+    for position in positions:
+        primer = RNG.integers(0, VOCAB_SIZE, (1, position)).astype("int32")
+        totals = {}
+        for count in (k1, k2):
+            generate = tf.function(
+                lambda p, n=count: continue_sequence(model, p, n, temperature=0), jit_compile=xla
+            )
+            totals[count] = best_seconds(generate, primer, repeats=3)
+        rows.append([position, 1000 * (totals[k2] - totals[k1]) / (k2 - k1)])
+    base = rows[0][1]
+    for row in rows:
+        row.append(row[1] / base)
+    print_table(
+        f"Cached step of the maestro width by position, batch 1"
+        + ("  (XLA)" if xla else "  (graph, XLA off)"),
+        ["position", "ms / step", f"vs {positions[0]}"],
+        rows,
+    )
+
+
+def image_table(attentions, uncached_passes, xla):
+    shape = (32, 32, 3)
+    steps = shape[0] * shape[1] * shape[2]
+    rows = []
+    for attention in attentions:
+        model = image_transformer(shape, preset="tiny", attention=attention)
+        generate = tf.function(lambda s: sample_images(model, 1, seed=s), jit_compile=xla)
+        cached = best_seconds(generate, tf.constant(0), repeats=1)
+        forward = tf.function(lambda pixels: model(pixels))
+        pixels = RNG.integers(0, 256, (1,) + shape).astype("int32")
+        np.asarray(forward(pixels))
+        start = time.perf_counter()
+        for _ in range(uncached_passes):
+            np.asarray(forward(pixels))
+        uncached = (time.perf_counter() - start) / uncached_passes * steps
+        rows.append([attention, steps, cached, uncached, uncached / cached])
+    print_table(
+        "Image 32x32x3 (tiny width), sampled" + ("  (cached: XLA)" if xla else "  (cached: graph)"),
+        ["attention", "steps", "cached s", "uncached s", "speed-up"],
+        rows,
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--xla", action="store_true", help="compile the cached generation with XLA")
+    parser.add_argument("--quick", action="store_true", help="small sizes for a CPU")
+    parser.add_argument("--tables", nargs="+", default=["music", "step", "image"])
+    args = parser.parse_args()
+    if args.quick:
+        music = dict(presets=["tiny", "maestro"], batches=[1, 8], events=128, primer_length=64, samples=4)
+        step = dict(positions=[128, 2048], k1=4, k2=12)
+        image = dict(attentions=["local_1d", "local_2d"], uncached_passes=3)
+    else:
+        music = dict(presets=["tiny", "maestro"], batches=[1, 8], events=1024, primer_length=64, samples=8)
+        step = dict(positions=[128, 2048], k1=8, k2=40)
+        image = dict(attentions=["local_1d", "local_2d"], uncached_passes=10)
+    if "music" in args.tables:
+        music_table(xla=args.xla, **music)
+    if "step" in args.tables:
+        step_table(xla=args.xla, **step)
+    if "image" in args.tables:
+        image_table(xla=args.xla, **image)
+
+
+if __name__ == "__main__":
+    main()
