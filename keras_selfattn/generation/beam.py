@@ -51,7 +51,7 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     if batch_size is None:
         batch_size = tf.shape(encoder_outputs)[0]
     caches = initial_caches(layers, batch_size, max_length)
-    cache_shape = tuple(caches[0].shape[1:])
+    cache_shapes = [tuple(cache.shape[1:]) for cache in caches]
     compute_dtype = caches[0].dtype
     source_length = encoder_outputs.shape[1] or tf.shape(encoder_outputs)[1]
     rows = batch_size * beam_size if padded_decode else -1  # static when it can be
@@ -63,7 +63,10 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     }
 
     def symbols_to_logits(ids, index, state):
-        caches = [tf.cast(tf.reshape(c, (rows,) + cache_shape), compute_dtype) for c in state["caches"]]
+        caches = [
+            tf.cast(tf.reshape(flat, (rows,) + shape), compute_dtype)
+            for flat, shape in zip(state["caches"], cache_shapes)
+        ]
         encoded = tf.reshape(state["encoder_outputs"], (rows, source_length, width))
         logits, caches = decoder_logits(
             layers,
