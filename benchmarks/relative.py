@@ -4,13 +4,16 @@ Forward+backward time and peak memory at batch 1, 8 heads, model width 512,
 causal self-attention, for:
 
 - `MultiHeadAttention` with a causal mask (the anchor the ratios divide by);
-- `RelativeMultiHeadAttention`, Music Transformer skew (`causal=True`,
-  `max_relative_position = L`, key table per head);
+- `RelativeMultiHeadAttention`, Music Transformer skew (`causal_table=True`,
+  `max_relative_position = L`, key table per head), with the lengths known
+  when the graph is built and, on TensorFlow, unknown (as in a model built on
+  `keras.Input((None, width))`);
 - `RelativeMultiHeadAttention`, Shaw (`k = 16`, key and value tables);
 - naive Shaw: the same Shaw attention with the `[L, L, key_dim]` key and
   value relation tensors materialised, as in Shaw et al.'s formulation.
 
-Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]`.
+Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]`;
+`KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
 """
 
 import argparse
@@ -31,44 +34,65 @@ NUM_HEADS, KEY_DIM, WIDTH, SHAW_K = 8, 64, 512, 16
 class NaiveShawAttention(MultiHeadAttention):
     """Shaw et al. with materialised `[L, L, key_dim]` relations (the anchor)."""
 
-    def build(self, query_shape, value_shape, key_shape=None):
+    def build(self, query_shape, value_shape=None, key_shape=None):
         super().build(query_shape, value_shape, key_shape)
         rows = 2 * SHAW_K + 1
-        self.key_table = self.add_weight(name="key_table", shape=(rows, self._key_dim))
-        self.value_table = self.add_weight(name="value_table", shape=(rows, self._value_dim))
+        self.key_table = self.add_weight(name="key_table", shape=(rows, self.key_dim))
+        self.value_table = self.add_weight(name="value_table", shape=(rows, self.value_dim))
 
-    def _compute_attention(self, query, key, value, attention_mask=None, **kwargs):
+    def _compute_attention(
+        self, query, key, value, attention_mask=None, training=None, return_attention_scores=False
+    ):
         length = ops.shape(query)[1]
         rows = shaw_table_rows(relative_distances(length, length), SHAW_K)
         key_relations = ops.take(ops.cast(self.key_table, query.dtype), rows, axis=0)
         value_relations = ops.take(ops.cast(self.value_table, value.dtype), rows, axis=0)
         logits = ops.einsum("bihd,bjhd->bhij", query, key)
         logits = logits + ops.einsum("bihd,ijd->bhij", query, key_relations)
-        logits = ops.cast(logits, "float32") * self._inverse_sqrt_key_dim
+        logits = ops.cast(logits, "float32") * self.logit_scale
         weights = ops.cast(masked_softmax(logits, attention_mask), value.dtype)
         output = ops.einsum("bhij,bjhd->bihd", weights, value)
         output = output + ops.einsum("bhij,ijd->bihd", weights, value_relations)
         return output, None
 
 
+class UnknownLengths(keras.layers.Layer):
+    """Runs `layer` on a query whose batch and length the graph does not
+    know, as in a model built on `keras.Input((None, width))`."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def call(self, query, use_causal_mask=None):
+        import tensorflow as tf
+
+        query = tf.compat.v1.placeholder_with_default(query, (None, None, query.shape[-1]))
+        return self.layer(query, use_causal_mask=use_causal_mask)
+
+
 def variants(length):
     common = dict(num_heads=NUM_HEADS, key_dim=KEY_DIM)
-    return {
-        "mha causal (anchor)": MultiHeadAttention(**common),
-        "skew": RelativeMultiHeadAttention(max_relative_position=length, causal=True, **common),
-        "shaw": RelativeMultiHeadAttention(
-            max_relative_position=SHAW_K, relative_type="shaw", **common
-        ),
-        "naive shaw": NaiveShawAttention(**common),
-    }
+
+    def skew():
+        return RelativeMultiHeadAttention(max_relative_position=length, causal_table=True, **common)
+
+    layers = {"mha causal (anchor)": MultiHeadAttention(**common), "skew": skew()}
+    if keras.backend.backend() == "tensorflow":
+        layers["skew, unknown lengths"] = UnknownLengths(skew())
+    layers["shaw"] = RelativeMultiHeadAttention(
+        max_relative_position=SHAW_K, relative_type="shaw", **common
+    )
+    layers["naive shaw"] = NaiveShawAttention(**common)
+    return layers
 
 
 def rows_for(length, repeats):
     x = random_inputs((1, length, WIDTH))
-    inputs = {"query": x, "value": x}
+    inputs = {"query": x}
     cases = {}
     for name, layer in variants(length).items():
-        layer(x, x, use_causal_mask=True)  # build
+        layer(x, use_causal_mask=True)  # build
         cases[name] = (layer, inputs, {"use_causal_mask": True})
     results = measure_in_turns(cases, repeats=repeats)
     anchor_seconds, anchor_bytes = results["mha causal (anchor)"]
