@@ -111,7 +111,7 @@ def image_table(attentions, uncached_passes, xla):
         model = image_transformer(shape, preset="tiny", attention=attention)
         generate = tf.function(lambda s: sample_images(model, 1, seed=s), jit_compile=xla)
         cached = best_seconds(generate, tf.constant(0), repeats=1)
-        forward = tf.function(lambda pixels: model(pixels))
+        forward = tf.function(lambda pixels: model({"pixels": pixels}))
         pixels = RNG.integers(0, 256, (1,) + shape).astype("int32")
         np.asarray(forward(pixels))
         start = time.perf_counter()
