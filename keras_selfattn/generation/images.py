@@ -77,7 +77,7 @@ def sample_images(
 
     >>> from keras_selfattn.models import image_transformer
     >>> model = image_transformer((2, 2, 3), preset="tiny", num_layers=1)
-    >>> sample_images(model, 2, seed=0).shape
+    >>> tuple(sample_images(model, 2, seed=0).shape)
     (2, 2, 2, 3)
     """
     image = ImageModel(model)

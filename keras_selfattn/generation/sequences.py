@@ -56,7 +56,7 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
     >>> import numpy as np
     >>> from keras_selfattn.models import music_transformer
     >>> model = music_transformer(20, preset="tiny", num_layers=1)
-    >>> continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape
+    >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
     (1, 5)
     """
     layers = decoder_only_layers(model)
@@ -137,7 +137,7 @@ def translate_tokens(
     >>> import numpy as np
     >>> from keras_selfattn.models import transformer_translation
     >>> model = transformer_translation(10, 12, preset="tiny", num_layers=1)
-    >>> translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape
+    >>> tuple(translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape)
     (1, 4)
     """
     layers = translation_layers(model)
