@@ -1,6 +1,6 @@
 """Self-attention layers for Keras 3."""
 
-from keras_selfattn import layers, models, ops
+from keras_selfattn import generation, layers, models, ops
 from keras_selfattn.layers import (
     LocalAttention1D,
     LocalAttention2D,

@@ -62,6 +62,7 @@ def music_transformer(vocab_size, preset="maestro", **overrides):
     config = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
     check_choice("attention", config["attention"], ATTENTIONS)
     check_divisible_width(config["hidden_dim"], config["num_heads"])
+    _check_local_distances(config)
     layers = {"target_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="target_embedding")}
     if config["timing_signal"] or config["attention"] == "absolute":
         layers["target_position"] = SinusoidalPositionEncoding(name="target_position")
@@ -91,12 +92,27 @@ def _self_attention(config):
     if config["attention"] == "relative_local":
         return LocalRelativeAttention1D(
             block_length=config["block_length"],
-            max_relative_position=min(config["max_relative_position"], 2 * config["block_length"]),
+            max_relative_position=config["max_relative_position"],
             **common,
         )
     return RelativeMultiHeadAttention(
         max_relative_position=config["max_relative_position"],
         relative_type="skew",
-        causal=True,
+        causal_table=True,
         **common,
     )
+
+
+def _check_local_distances(config):
+    """A local window spans distances `0 .. 2 * block_length - 1`, so a table
+    for farther distances would hold rows no query ever reads."""
+    if config["attention"] != "relative_local":
+        return
+    limit = 2 * config["block_length"]
+    if config["max_relative_position"] > limit:
+        raise ValueError(
+            "With `attention='relative_local'`, `max_relative_position` must be at "
+            f"most 2 * block_length = {limit}, the farthest distance in a local "
+            f"window. Received: max_relative_position={config['max_relative_position']}, "
+            f"block_length={config['block_length']}"
+        )

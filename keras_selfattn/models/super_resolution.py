@@ -36,7 +36,9 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     Inputs `{"low_resolution": [batch, h, w, C], "pixels": [batch, H, W, C]}`
     (int32 values 0..255); the decoder models the high-resolution `pixels`
     position by position (generation order of its attention), attending to
-    the encoded low-resolution image. Outputs as `image_transformer`.
+    the encoded low-resolution image. Outputs as `image_transformer`. The
+    encoder's last layer is named `encoder_norm`: generation reads the
+    encoded image there.
 
     Args:
         low_shape: `(h, w, C)` of the input image.

@@ -42,7 +42,9 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
 
     Inputs `{"source_tokens": [batch, source_length], "target_tokens":
     [batch, target_length]}` (int32, 0 = padding; the target tokens are the
-    decoder inputs, shifted right), output float32 logits
+    decoder inputs, shifted right with the start token 0 first, as
+    tensor2tensor shifts them with its padding id; generation starts from 0
+    and stops at `eos_id`, 1 by default), output float32 logits
     `[batch, target_length, target_vocab_size]`. `position="shaw"` replaces
     the sinusoidal signal by Shaw relative attention in every self-attention.
 
@@ -102,10 +104,10 @@ def _translation_layers(source_vocab_size, target_vocab_size, config):
     )
     for index in range(config["num_layers"]):
         layers[f"encoder_block_{index}"] = TransformerEncoderBlock(
-            _self_attention(config, causal=False), name=f"encoder_block_{index}", **block_kwargs
+            _self_attention(config), name=f"encoder_block_{index}", **block_kwargs
         )
         layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
-            _self_attention(config, causal=True),
+            _self_attention(config),
             cross_attention=_plain_attention(config),
             name=f"decoder_block_{index}",
             **block_kwargs,
@@ -122,7 +124,9 @@ def _plain_attention(config):
     return MultiHeadAttention(config["num_heads"], head_dim, dropout=config["dropout"])
 
 
-def _self_attention(config, causal):
+def _self_attention(config):
+    """Self-attention for encoder and decoder alike: the decoder block asks
+    for the causal mask when it calls it."""
     if config["position"] == "sinusoidal":
         return _plain_attention(config)
     return RelativeMultiHeadAttention(
@@ -130,6 +134,5 @@ def _self_attention(config, causal):
         config["hidden_dim"] // config["num_heads"],
         max_relative_position=config["max_relative_position"],
         relative_type="shaw",
-        causal=causal,
         dropout=config["dropout"],
     )

@@ -57,7 +57,7 @@ def test_translation_ignores_source_padding():
 
 @pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
 def test_music_cached_decoding_equals_forward_pass(attention):
-    model = music_transformer(30, preset="tiny", attention=attention, block_length=4)
+    model = music_transformer(30, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
     tokens = RNG.integers(0, 30, (2, 11))
     full = model(tokens)
     np.testing.assert_allclose(_cached_logits(model, tokens), full, atol=1e-5)
@@ -65,7 +65,7 @@ def test_music_cached_decoding_equals_forward_pass(attention):
 
 @pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
 def test_music_is_causal(attention):
-    model = music_transformer(30, preset="tiny", attention=attention, block_length=4)
+    model = music_transformer(30, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
     tokens = RNG.integers(0, 30, (1, 12))
     changed = tokens.copy()
     changed[0, 7] = (changed[0, 7] + 1) % 30
@@ -94,7 +94,7 @@ def test_presets_follow_the_papers():
     "build",
     [
         lambda: transformer_translation(20, 20, preset="tiny", position="shaw", share_embeddings=True),
-        lambda: music_transformer(30, preset="tiny", attention="relative_local", block_length=4),
+        lambda: music_transformer(30, preset="tiny", attention="relative_local", block_length=4, max_relative_position=8),
     ],
     ids=["translation", "music"],
 )
@@ -139,3 +139,10 @@ class TestBadInput:
     def test_width_divisible_by_heads(self):
         with pytest.raises(ValueError, match="divisible by `num_heads`"):
             transformer_translation(10, 10, preset="tiny", hidden_dim=30)
+
+
+def test_music_local_table_longer_than_its_window_is_an_error():
+    with pytest.raises(ValueError, match="`max_relative_position` must be at most 2 \\* block_length = 8"):
+        music_transformer(
+            30, preset="tiny", attention="relative_local", block_length=4, max_relative_position=9
+        )

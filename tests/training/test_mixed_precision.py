@@ -25,7 +25,7 @@ def _translation(position):
 
 
 def _music(attention):
-    model = music_transformer(16, preset="tiny", attention=attention, block_length=4)
+    model = music_transformer(16, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
     tokens = RNG.integers(1, 16, (BATCH, 9))
     return model, tokens[:, :-1], tokens[:, 1:], MaskedSparseCategoricalCrossentropy()
 
