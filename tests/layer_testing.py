@@ -13,11 +13,13 @@ MIXED_PRECISION_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 1e-1}
 
 
 def jit(function):
-    """Compiles `function` with XLA on the active backend."""
+    """Compiles `function` with XLA on TensorFlow and JAX; PyTorch runs it eagerly."""
     if keras.backend.backend() == "jax":
         import jax
 
         return jax.jit(function)
+    if keras.backend.backend() == "torch":
+        return function
     import tensorflow as tf
 
     return tf.function(function, jit_compile=True)

@@ -42,16 +42,31 @@ def naive_multi_head_attention(layer, query, value, mask):
 
 
 def backend_gradients(function, arrays):
-    """Gradients of the scalar `function(*arrays)` by the backend's autodiff."""
+    """Gradients of the scalar `function(*arrays)` by the backend's autodiff.
+
+    An input the result does not depend on gets a zero gradient.
+    """
     if keras.backend.backend() == "jax":
         import jax
 
         gradients = jax.grad(function, argnums=tuple(range(len(arrays))))(*arrays)
         return [np.asarray(g) for g in gradients]
+    if keras.backend.backend() == "torch":
+        import torch
+
+        tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+        gradients = torch.autograd.grad(function(*tensors), tensors, allow_unused=True)
+        return [
+            np.zeros_like(a) if g is None else g.detach().cpu().numpy()
+            for a, g in zip(arrays, gradients)
+        ]
     import tensorflow as tf
 
     tensors = [tf.constant(a) for a in arrays]
     with tf.GradientTape() as tape:
         tape.watch(tensors)
         total = function(*tensors)
-    return [g.numpy() for g in tape.gradient(total, tensors)]
+    return [
+        np.zeros_like(a) if g is None else g.numpy()
+        for a, g in zip(arrays, tape.gradient(total, tensors))
+    ]

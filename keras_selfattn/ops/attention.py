@@ -2,7 +2,7 @@
 
 import math
 
-from keras import ops
+from keras import backend, ops
 
 from keras_selfattn.ops.masks import as_attention_mask, causal_mask, merge_masks
 from keras_selfattn.ops.softmax import masked_softmax
@@ -28,7 +28,8 @@ def dot_product_attention(
     `value`. Logits and softmax are computed in float32; a query with no key
     to attend to gets zeros. Without dropout and returned scores this runs
     `keras.ops.dot_product_attention`, the backend's fused kernel (when
-    `value` has the head size of `query`); a single query (a decoding step)
+    `value` has the head size of `query`, and on PyTorch unless both `bias`
+    and `mask` are given); a single query (a decoding step)
     reads the keys and values in place; everything else runs the package's
     attention core, `softmax_attention`.
 
@@ -67,7 +68,12 @@ def dot_product_attention(
     if query.shape[1] == 1 and dropout is None and not return_scores:
         return _single_query_attention(query, key, value, bias, mask, scale, kernel_causal), None
     # The fused kernels (JAX's among them) need one head size for all three.
-    if dropout is None and not return_scores and value.shape[-1] == query.shape[-1]:
+    if (
+        dropout is None
+        and not return_scores
+        and value.shape[-1] == query.shape[-1]
+        and _kernel_takes(bias, mask)
+    ):
         output = ops.dot_product_attention(
             query,
             key,
@@ -87,7 +93,7 @@ def dot_product_attention(
     if kernel_causal:
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
     query, key, value = (ops.transpose(x, (0, 2, 1, 3)) for x in (query, key, value))
-    query = query * ops.cast(scale, query.dtype)
+    query = ops.multiply(query, ops.cast(scale, query.dtype))
     if not return_scores:
         output = softmax_attention(query, key, value, bias, mask=mask, dropout=dropout)
         return ops.transpose(output, (0, 2, 1, 3)), None
@@ -95,6 +101,12 @@ def dot_product_attention(
     weights = scores if dropout is None else dropout(scores)
     output = ops.einsum("bnts,bnsh->btnh", weights, value)
     return output, scores
+
+
+def _kernel_takes(bias, mask):
+    """Whether `keras.ops.dot_product_attention` takes both: on PyTorch it
+    takes a bias or a mask, not both."""
+    return backend.backend() != "torch" or bias is None or mask is None
 
 
 def _is_zero(index):
@@ -111,7 +123,8 @@ def _single_query_attention(query, key, value, bias, mask, scale, causal):
     """One query position (a decoding step): broadcast products and sums read
     the keys and values once, where the core's einsums would first transpose
     them."""
-    logits = ops.sum(key * (query * ops.cast(scale, query.dtype)), axis=-1)  # [b, s, n]
+    scaled_query = ops.multiply(query, ops.cast(scale, query.dtype))
+    logits = ops.sum(ops.multiply(key, scaled_query), axis=-1)  # [b, s, n]
     logits = ops.transpose(ops.cast(logits, "float32"), (0, 2, 1))[:, :, None, :]
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")

@@ -231,7 +231,7 @@ def block_attention(
     """
     if scale is None:
         scale = 1.0 / math.sqrt(query_blocks.shape[-1])
-    query_blocks = query_blocks * ops.cast(scale, query_blocks.dtype)
+    query_blocks = ops.multiply(query_blocks, ops.cast(scale, query_blocks.dtype))
     factors = [] if mask is None else list(mask) if isinstance(mask, (tuple, list)) else [mask]
     # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
     factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]

@@ -62,7 +62,8 @@ def softmax_attention(query, key, value, bias=None, mask=None, dropout=None):
     if dropout is not None:
         weights = dropout(ops.cast(attention_probabilities(query, key, bias, mask), value.dtype))
         return ops.einsum("...qk,...kd->...qd", weights, value)
-    inputs = [query, key, value]
+    # Tensors, not arrays: PyTorch saves the custom gradient's inputs for the backward pass.
+    inputs = [ops.convert_to_tensor(x) for x in (query, key, value)]
     if bias is not None:
         inputs.append(ops.cast(bias, "float32"))
     if mask is not None:

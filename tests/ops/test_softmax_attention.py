@@ -47,7 +47,7 @@ def test_gradients_match_autodiff_of_the_plain_formula(bias_shape):
     query, key, value, bias, weights = random_case(bias_shape, seed=1)
 
     def loss(attention):
-        return lambda q, k, v, b: ops.sum(attention(q, k, v, b) * weights)
+        return lambda q, k, v, b: ops.sum(ops.multiply(attention(q, k, v, b), weights))
 
     ours = backend_gradients(loss(softmax_attention), [query, key, value, bias])
     plain = backend_gradients(loss(plain_attention), [query, key, value, bias])
@@ -60,7 +60,7 @@ def test_gradients_without_bias_match_autodiff():
     query, key, value, _, weights = random_case((5, 7), seed=2)
 
     def loss(attention):
-        return lambda q, k, v: ops.sum(attention(q, k, v) * weights)
+        return lambda q, k, v: ops.sum(ops.multiply(attention(q, k, v), weights))
 
     ours = backend_gradients(loss(softmax_attention), [query, key, value])
     plain = backend_gradients(loss(plain_attention), [query, key, value])
@@ -69,16 +69,18 @@ def test_gradients_without_bias_match_autodiff():
 
 
 def test_query_gradient_matches_finite_differences():
-    query, key, value, bias, weights = (x.astype("float64") for x in random_case((5, 7), seed=3))
+    case = random_case((5, 7), seed=3)
+    query, key, value, bias, weights = (x.astype("float64") for x in case)
     direction = np.random.default_rng(4).normal(size=query.shape)
     step = 1e-5
     numeric = (
         np.sum(weights * numpy_attention(query + step * direction, key, value, bias))
         - np.sum(weights * numpy_attention(query - step * direction, key, value, bias))
     ) / (2 * step)
+    _, key, value, bias, weights = case  # The op itself runs in float32.
     (d_query,) = backend_gradients(
-        lambda q: ops.sum(softmax_attention(q, key, value, bias) * weights),
-        [query.astype("float32")],
+        lambda q: ops.sum(ops.multiply(softmax_attention(q, key, value, bias), weights)),
+        [case[0]],
     )
     np.testing.assert_allclose(np.sum(d_query * direction), numeric, rtol=1e-4)
 
@@ -88,7 +90,8 @@ def test_masked_out_keys_get_no_gradient():
     bias = np.zeros((5, 7), "float32")
     bias[:, 3] = -1e9
     _, d_key, d_value = backend_gradients(
-        lambda q, k, v: ops.sum(softmax_attention(q, k, v, bias) * weights), [query, key, value]
+        lambda q, k, v: ops.sum(ops.multiply(softmax_attention(q, k, v, bias), weights)),
+        [query, key, value],
     )
     np.testing.assert_array_equal(d_key[..., 3, :], 0.0)
     np.testing.assert_array_equal(d_value[..., 3, :], 0.0)
@@ -106,11 +109,14 @@ def test_float16_inputs_keep_their_dtype_and_agree_with_float32():
         atol=2e-2,
     )
     gradients = backend_gradients(
-        lambda q, k, v: ops.sum(ops.cast(softmax_attention(q, k, v, bias), "float32") * weights),
+        lambda q, k, v: ops.sum(
+            ops.multiply(ops.cast(softmax_attention(q, k, v, bias), "float32"), weights)
+        ),
         half,
     )
     reference = backend_gradients(
-        lambda q, k, v: ops.sum(softmax_attention(q, k, v, bias) * weights), [query, key, value]
+        lambda q, k, v: ops.sum(ops.multiply(softmax_attention(q, k, v, bias), weights)),
+        [query, key, value],
     )
     for mine, expected in zip(gradients, reference):
         assert mine.dtype == np.float16
@@ -122,7 +128,7 @@ def test_dropout_applies_to_the_probabilities_and_is_differentiated():
     keep = np.random.default_rng(8).random((2, 3, 4, 5, 7)) > 0.3
 
     def dropout(probabilities):
-        return probabilities * keep / 0.7
+        return ops.multiply(probabilities, keep) / 0.7
 
     logits = np.einsum("...qd,...kd->...qk", query, key) + bias
     probabilities = np.exp(logits - logits.max(-1, keepdims=True))
@@ -132,11 +138,11 @@ def test_dropout_applies_to_the_probabilities_and_is_differentiated():
     np.testing.assert_allclose(output, expected, atol=1e-5)
 
     def plain_with_dropout(q, k, v):
-        logits = ops.einsum("...qd,...kd->...qk", q, k) + bias
+        logits = ops.add(ops.einsum("...qd,...kd->...qk", q, k), bias)
         return ops.einsum("...qk,...kd->...qd", dropout(ops.softmax(logits, axis=-1)), v)
 
     def loss(attention):
-        return lambda q, k, v: ops.sum(attention(q, k, v) * weights)
+        return lambda q, k, v: ops.sum(ops.multiply(attention(q, k, v), weights))
 
     ours = backend_gradients(
         loss(lambda q, k, v: softmax_attention(q, k, v, bias, dropout=dropout)), [query, key, value]
@@ -184,10 +190,10 @@ def test_masked_gradients_match_autodiff_and_masked_keys_get_none():
         logits = ops.where(mask, logits, -1e9)
         has_key = ops.cast(ops.any(mask, axis=-1, keepdims=True), "float32")
         probabilities = ops.softmax(logits, axis=-1) * has_key
-        return ops.sum(ops.einsum("...qk,...kd->...qd", probabilities, v) * weights)
+        return ops.sum(ops.multiply(ops.einsum("...qk,...kd->...qd", probabilities, v), weights))
 
     def ours(q, k, v, b):
-        return ops.sum(softmax_attention(q, k, v, b, mask=mask) * weights)
+        return ops.sum(ops.multiply(softmax_attention(q, k, v, b, mask=mask), weights))
 
     mine = backend_gradients(ours, [query, key, value, bias])
     expected = backend_gradients(plain, [query, key, value, bias])
