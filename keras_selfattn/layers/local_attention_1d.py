@@ -402,17 +402,18 @@ class LocalAttention1D(LocalAttentionBase):
     Example:
 
     >>> import numpy as np
+    >>> from keras import ops
     >>> layer = LocalAttention1D(num_heads=2, key_dim=4, block_length=3,
     ...                          filter_width=1)
     >>> x = np.random.rand(1, 7, 8).astype("float32")
     >>> tuple(layer(x).shape)  # each block attends to its block +- 1 position
     (1, 7, 8)
-    >>> full = layer(x, use_causal_mask=True)  # the previous block and itself
+    >>> full = ops.convert_to_numpy(layer(x, use_causal_mask=True))  # previous block and itself
     >>> cache = np.zeros((1, 2, 7, 2, 4), "float32")
     >>> for t in range(7):
     ...     step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t,
     ...                         use_causal_mask=True)
-    >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
+    >>> bool(np.allclose(ops.convert_to_numpy(step)[:, 0], full[:, -1], atol=1e-5))
     True
 
     References:

@@ -107,13 +107,14 @@ class LocalAttention2D(LocalAttentionBase):
     Example:
 
     >>> import numpy as np
+    >>> from keras import ops
     >>> from keras_selfattn.ops.blocking_2d import block_raster_index
     >>> layer = LocalAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
     ...                          memory_flange=(1, 1))
     >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
     >>> tuple(layer(image).shape)  # each 2 x 2 block attends to its 4 x 4 window
     (1, 4, 4, 8)
-    >>> full = layer(image, use_causal_mask=True)
+    >>> full = ops.convert_to_numpy(layer(image, use_causal_mask=True))
     >>> cache = np.zeros((1, 2, 16, 2, 4), "float32")
     >>> # Block-raster order: the 2 x 2 blocks in raster order, pixels inside each.
     >>> order = sorted(((r, c) for r in range(4) for c in range(4)),
@@ -122,7 +123,7 @@ class LocalAttention2D(LocalAttentionBase):
     ...     step, cache = layer(image[:, r:r + 1, c:c + 1], cache=cache,
     ...                         cache_update_index=int(block_raster_index(r, c, 4, (2, 2))),
     ...                         grid_shape=(4, 4), use_causal_mask=True)
-    >>> bool(np.allclose(step[0, 0, 0], full[0, 3, 3], atol=1e-5))
+    >>> bool(np.allclose(ops.convert_to_numpy(step)[0, 0, 0], full[0, 3, 3], atol=1e-5))
     True
 
     References:

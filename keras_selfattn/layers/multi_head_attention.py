@@ -95,14 +95,15 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     Example:
 
     >>> import numpy as np
+    >>> from keras import ops
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = np.random.rand(1, 5, 8).astype("float32")
-    >>> full = layer(x, use_causal_mask=True)
+    >>> full = ops.convert_to_numpy(layer(x, use_causal_mask=True))
     >>> cache = np.zeros((1, 2, 5, 2, 4), "float32")
     >>> for t in range(5):
     ...     step, cache = layer(x[:, t:t + 1], cache=cache,
     ...                         cache_update_index=t, use_causal_mask=True)
-    >>> bool(np.allclose(step[:, 0], full[:, -1], atol=1e-5))
+    >>> bool(np.allclose(ops.convert_to_numpy(step)[:, 0], full[:, -1], atol=1e-5))
     True
 
     References:

@@ -30,7 +30,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     >>> import numpy as np
     >>> x = np.zeros((2, 10, 16), "float32")
-    >>> PositionEmbedding(sequence_length=64)(x).shape
+    >>> tuple(PositionEmbedding(sequence_length=64)(x).shape)
     (2, 10, 16)
     """
 

@@ -34,9 +34,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
     Example:
 
     >>> import numpy as np
+    >>> from keras import ops
     >>> x = np.zeros((2, 10, 16), "float32")
-    >>> y = x + SinusoidalPositionEncoding()(x)
-    >>> y.shape
+    >>> y = ops.add(x, SinusoidalPositionEncoding()(x))
+    >>> tuple(y.shape)
     (2, 10, 16)
 
     References:

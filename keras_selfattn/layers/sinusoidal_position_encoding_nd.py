@@ -32,7 +32,7 @@ class SinusoidalPositionEncodingND(keras.layers.Layer):
 
     >>> import numpy as np
     >>> images = np.zeros((2, 8, 8, 32), "float32")
-    >>> SinusoidalPositionEncodingND()(images).shape
+    >>> tuple(SinusoidalPositionEncodingND()(images).shape)
     (2, 8, 8, 32)
 
     References:

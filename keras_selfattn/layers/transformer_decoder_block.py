@@ -59,7 +59,7 @@ class TransformerDecoderBlock(keras.layers.Layer):
     >>> import numpy as np
     >>> from keras_selfattn.layers import MultiHeadAttention
     >>> block = TransformerDecoderBlock(MultiHeadAttention(4, 8), 64)
-    >>> block(np.zeros((2, 10, 32), "float32")).shape
+    >>> tuple(block(np.zeros((2, 10, 32), "float32")).shape)
     (2, 10, 32)
 
     References:

@@ -47,7 +47,7 @@ class TransformerEncoderBlock(keras.layers.Layer):
     >>> import numpy as np
     >>> from keras_selfattn.layers import MultiHeadAttention
     >>> block = TransformerEncoderBlock(MultiHeadAttention(4, 8), feedforward_dim=64)
-    >>> block(np.zeros((2, 10, 32), "float32")).shape
+    >>> tuple(block(np.zeros((2, 10, 32), "float32")).shape)
     (2, 10, 32)
 
     References:
