@@ -96,10 +96,10 @@ def test_input_gradient_equals_dense_attention_gradient(block_length, filter_wid
     weights = np.random.default_rng(4).normal(size=(2, 11, FEATURES))
 
     (local_gradient,) = backend_gradients(
-        lambda y: ops.sum(layer(y, use_causal_mask=masked) * weights), [x]
+        lambda y: ops.sum(ops.multiply(layer(y, use_causal_mask=masked), weights)), [x]
     )
     (dense_gradient,) = backend_gradients(
-        lambda y: ops.sum(dense(y, y, attention_mask=mask) * weights), [x]
+        lambda y: ops.sum(ops.multiply(dense(y, y, attention_mask=mask), weights)), [x]
     )
     np.testing.assert_allclose(local_gradient, dense_gradient, atol=1e-5)
 

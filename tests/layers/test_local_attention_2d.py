@@ -119,10 +119,11 @@ def test_input_gradient_equals_dense_attention_gradient(masked):
     weights = np.random.default_rng(4).normal(size=(2, height, width, CHANNELS))
 
     (local_gradient,) = backend_gradients(
-        lambda x: ops.sum(layer(x, use_causal_mask=masked) * weights), [image]
+        lambda x: ops.sum(ops.multiply(layer(x, use_causal_mask=masked), weights)), [image]
     )
     (dense_gradient,) = backend_gradients(
-        lambda x: ops.sum(dense_image_attention(dense, x, mask) * weights), [image]
+        lambda x: ops.sum(ops.multiply(dense_image_attention(dense, x, mask), weights)),
+        [image],
     )
     np.testing.assert_allclose(local_gradient, dense_gradient, atol=1e-5)
 

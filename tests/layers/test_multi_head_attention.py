@@ -15,6 +15,10 @@ def _random(*shape):
     return RNG.normal(size=shape).astype("float32")
 
 
+def numpy(x):
+    return ops.convert_to_numpy(x)
+
+
 def _twin_layers(**kwargs):
     """Our layer and Keras's, built on the same shapes, with the same weights."""
     ours = MultiHeadAttention(**kwargs, name="attention")
@@ -43,13 +47,15 @@ class TestParityWithKeras:
         # Keras's fused path on JAX rejects value_dim != key_dim; its einsum
         # path (taken when scores are returned) computes the same outputs.
         expected, _ = theirs(query, value, return_attention_scores=True)
-        np.testing.assert_allclose(ours(query, value), expected, atol=1e-5)
+        np.testing.assert_allclose(numpy(ours(query, value)), numpy(expected), atol=1e-5)
 
     def test_self_attention_with_causal_mask(self):
         ours, theirs = _twin_layers(num_heads=2, key_dim=4)
         x = _random(2, 6, 12)
-        expected = theirs(x, x[..., :10], use_causal_mask=True)
-        np.testing.assert_allclose(ours(x, x[..., :10], use_causal_mask=True), expected, atol=1e-5)
+        expected = numpy(theirs(x, x[..., :10], use_causal_mask=True))
+        np.testing.assert_allclose(
+            numpy(ours(x, x[..., :10], use_causal_mask=True)), expected, atol=1e-5
+        )
 
     @pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
     def test_cross_attention_with_masks(self, return_scores):
@@ -62,7 +68,7 @@ class TestParityWithKeras:
         expected = theirs(query, value, return_attention_scores=return_scores, **kwargs)
         result = ours(query, value, return_attention_scores=return_scores, **kwargs)
         for got, want in zip(keras.tree.flatten(result), keras.tree.flatten(expected)):
-            np.testing.assert_allclose(got, want, atol=1e-5)
+            np.testing.assert_allclose(numpy(got), numpy(want), atol=1e-5)
 
     def test_attention_over_two_axes(self):
         kwargs = dict(num_heads=2, key_dim=4, attention_axes=(1, 2), name="attention")
@@ -71,7 +77,7 @@ class TestParityWithKeras:
         ours(x, x)
         theirs(x, x)
         theirs.set_weights(ours.get_weights())
-        np.testing.assert_allclose(ours(x, x), theirs(x, x), atol=1e-5)
+        np.testing.assert_allclose(numpy(ours(x, x)), numpy(theirs(x, x)), atol=1e-5)
         # Keras fails deep inside its softmax here; ours says why.
         with pytest.raises(ValueError, match="`use_causal_mask` needs a single attention axis"):
             ours(x, x, use_causal_mask=True)
@@ -87,7 +93,7 @@ class TestParityWithKeras:
         ids = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 5]])
         real = ids != 0  # padded query rows differ by design: zeros vs averages
         np.testing.assert_allclose(
-            np.asarray(model_ours(ids))[real], np.asarray(model_theirs(ids))[real], atol=1e-5
+            numpy(model_ours(ids))[real], numpy(model_theirs(ids))[real], atol=1e-5
         )
 
 
@@ -110,12 +116,12 @@ class TestMasksOnEveryPath:
 
         result = jit(run)(query, value, mask) if path == "jit" else run(query, value, mask)
         output = keras.tree.flatten(result)[0]
-        np.testing.assert_allclose(output, expected, atol=1e-5)
+        np.testing.assert_allclose(numpy(output), expected, atol=1e-5)
 
     def test_fully_masked_query_gets_the_output_bias_only(self):
         layer, query, value, mask = self._layer_and_inputs()
-        output = np.asarray(layer(query, value, attention_mask=mask))
-        np.testing.assert_allclose(output[0, 1], ops.convert_to_numpy(layer._output_dense.bias), atol=1e-6)
+        output = numpy(layer(query, value, attention_mask=mask))
+        np.testing.assert_allclose(output[0, 1], numpy(layer.output_dense.bias), atol=1e-6)
 
     @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
     @pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
@@ -134,9 +140,9 @@ class TestMasksOnEveryPath:
     def test_dropout_only_in_training(self):
         layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.5, seed=1)
         x = _random(2, 6, 8)
-        inference = np.asarray(layer(x, x, training=False))
-        np.testing.assert_allclose(inference, np.asarray(layer(x, x)), atol=1e-6)
-        assert not np.allclose(np.asarray(layer(x, x, training=True)), inference)
+        inference = numpy(layer(x, x, training=False))
+        np.testing.assert_allclose(inference, numpy(layer(x, x)), atol=1e-6)
+        assert not np.allclose(numpy(layer(x, x, training=True)), inference)
 
     def test_attention_bias_is_added_to_logits(self):
         layer, query, value, _ = self._layer_and_inputs()
@@ -145,8 +151,8 @@ class TestMasksOnEveryPath:
         mask = np.zeros((5, 7), bool)
         mask[:, :4] = True
         np.testing.assert_allclose(
-            layer(query, value, attention_bias=forbid_last_keys),
-            layer(query, value, attention_mask=mask),
+            numpy(layer(query, value, attention_bias=forbid_last_keys)),
+            numpy(layer(query, value, attention_mask=mask)),
             atol=1e-5,
         )
 
@@ -178,10 +184,10 @@ class TestCache:
         outputs = []
         for t in range(self.LENGTH):
             output, cache = step(x[:, t : t + 1], cache, ops.convert_to_tensor(t, "int32"))
-            outputs.append(np.asarray(output))
-        np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
-        np.testing.assert_allclose(cache, full_cache, atol=1e-6)
-        np.testing.assert_allclose(full, layer(x, x, use_causal_mask=True), atol=1e-5)
+            outputs.append(numpy(output))
+        np.testing.assert_allclose(np.concatenate(outputs, 1), numpy(full), atol=1e-5)
+        np.testing.assert_allclose(numpy(cache), numpy(full_cache), atol=1e-6)
+        np.testing.assert_allclose(numpy(full), numpy(layer(x, x, use_causal_mask=True)), atol=1e-5)
 
     def test_prefill_then_steps_with_sliding_window(self):
         layer = self._layer(sliding_window=3)
@@ -190,21 +196,21 @@ class TestCache:
         output, cache = layer(
             x[:, :4], x[:, :4], cache=self._empty_cache(), cache_update_index=0, use_causal_mask=True
         )
-        outputs = [np.asarray(output)]
+        outputs = [numpy(output)]
         for t in (4, 5):
             output, cache = layer(
                 x[:, t : t + 1], x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
             )
-            outputs.append(np.asarray(output))
-        np.testing.assert_allclose(np.concatenate(outputs, 1), full, atol=1e-5)
+            outputs.append(numpy(output))
+        np.testing.assert_allclose(np.concatenate(outputs, 1), numpy(full), atol=1e-5)
 
     def test_cache_without_index_attends_to_precomputed_keys(self):
         layer = self._layer()
         query, memory = _random(2, 1, 8), _random(2, self.LENGTH, 8)
         _, cache = layer(memory, memory, cache=self._empty_cache(), cache_update_index=0)
         output, same_cache = layer(query, query, cache=cache)
-        np.testing.assert_allclose(output, layer(query, memory), atol=1e-5)
-        np.testing.assert_array_equal(same_cache, cache)
+        np.testing.assert_allclose(numpy(output), numpy(layer(query, memory)), atol=1e-5)
+        np.testing.assert_array_equal(numpy(same_cache), numpy(cache))
 
     def test_scores_come_before_the_cache(self):
         layer = self._layer()
@@ -213,7 +219,7 @@ class TestCache:
             x, x, cache=self._empty_cache(), cache_update_index=2,
             use_causal_mask=True, return_attention_scores=True,
         )
-        scores = np.asarray(scores)
+        scores = numpy(scores)
         assert scores.shape == (2, self.NUM_HEADS, 1, self.LENGTH)
         np.testing.assert_array_equal(scores[..., 3:], 0.0)
         np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-6)
@@ -236,14 +242,14 @@ class TestDropIn:
         ours(x, x)
         theirs(x, x)
         theirs.set_weights(ours.get_weights())
-        expected = theirs(x, x, use_causal_mask=True)
-        np.testing.assert_allclose(ours(x, x, use_causal_mask=True), expected, atol=1e-5)
+        expected = numpy(theirs(x, x, use_causal_mask=True))
+        np.testing.assert_allclose(numpy(ours(x, x, use_causal_mask=True)), expected, atol=1e-5)
         # Row 0 of the attention axis sees only itself: changing later rows
         # leaves it alone.
         changed = x.copy()
         changed[:, 1:] += 1.0
         np.testing.assert_allclose(
-            ours(changed, changed, use_causal_mask=True)[:, 0], expected[:, 0], atol=1e-5
+            numpy(ours(changed, changed, use_causal_mask=True))[:, 0], expected[:, 0], atol=1e-5
         )
 
     def test_subclass_overriding_the_keras_hook_gets_every_mask(self):
@@ -262,26 +268,26 @@ class TestDropIn:
         reference = MultiHeadAttention(num_heads=2, key_dim=4)
         layer = Recording(num_heads=2, key_dim=4)
         x = _random(2, 5, 8)
-        expected = reference(x, use_causal_mask=True)
+        expected = numpy(reference(x, use_causal_mask=True))
         layer(x)
         layer.set_weights(reference.get_weights())
-        np.testing.assert_allclose(layer(x, use_causal_mask=True), expected, atol=1e-5)
+        np.testing.assert_allclose(numpy(layer(x, use_causal_mask=True)), expected, atol=1e-5)
         assert calls[-1] is not None  # the causal mask, merged in
         cache = np.zeros((2, 2, 5, 2, 4), "float32")
         for t in range(5):
             step, cache = layer(x[:, t:t + 1], cache=cache, cache_update_index=t, use_causal_mask=True)
-            np.testing.assert_allclose(step[:, 0], expected[:, t], atol=1e-5)
+            np.testing.assert_allclose(numpy(step)[:, 0], expected[:, t], atol=1e-5)
         with pytest.raises(ValueError, match="overrides `_compute_attention`"):
             layer(x, attention_bias=np.zeros((1, 1, 5, 5), "float32"))
 
     def test_value_defaults_to_query_and_its_padding_masks_the_keys(self):
         layer = MultiHeadAttention(num_heads=2, key_dim=4)
         x = _random(2, 5, 8)
-        np.testing.assert_allclose(layer(x), layer(x, x), atol=1e-6)
+        np.testing.assert_allclose(numpy(layer(x)), numpy(layer(x, x)), atol=1e-6)
         padding = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
         np.testing.assert_allclose(
-            layer(x, query_mask=padding),
-            layer(x, x, query_mask=padding, value_mask=padding),
+            numpy(layer(x, query_mask=padding)),
+            numpy(layer(x, x, query_mask=padding, value_mask=padding)),
             atol=1e-6,
         )
 
@@ -289,7 +295,7 @@ class TestDropIn:
         embedding = keras.layers.Embedding(20, 8, mask_zero=True)
         ids = np.array([[3, 4, 0], [1, 2, 3]])
         output = MultiHeadAttention(num_heads=2, key_dim=4)(embedding(ids))
-        np.testing.assert_array_equal(ops.convert_to_numpy(get_keras_mask(output)), ids != 0)
+        np.testing.assert_array_equal(numpy(get_keras_mask(output)), ids != 0)
 
 
 class TestBadInput:

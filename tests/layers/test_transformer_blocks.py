@@ -129,8 +129,8 @@ def test_encoder_padding_hides_padded_memory():
     changed = memory.copy()
     changed[:, 4:] += 10.0
     np.testing.assert_allclose(
-        block(x, encoder_outputs=memory, encoder_padding_mask=padding),
-        block(x, encoder_outputs=changed, encoder_padding_mask=padding),
+        ops.convert_to_numpy(block(x, encoder_outputs=memory, encoder_padding_mask=padding)),
+        ops.convert_to_numpy(block(x, encoder_outputs=changed, encoder_padding_mask=padding)),
         atol=1e-5,
     )
 
