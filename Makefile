@@ -18,10 +18,10 @@ demo: install
 	$(PYTHON) recipes/demo.py --output_dir runs/demo
 
 # The whole suite (docstring examples included) on TensorFlow, then the backend-neutral
-# ops, layers and models on JAX, and the ops and layers on PyTorch.
+# ops, layers, models and generation on JAX, and the ops and layers on PyTorch.
 test: install
 	$(PYTEST) tests
-	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/models
+	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/models tests/generation
 	KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers
 
 test-fast: install
