@@ -326,16 +326,20 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
         query, key, value = (_heads_first(x) for x in (query, key, value))
         if cache_update_index is not None:
-            attend = self._attend_by_pairs
-            arguments = (cache_update_index, use_causal_mask)
+            output, scores = self._attend_by_pairs(
+                query, key, value, attention_mask, attention_bias, training,
+                return_attention_scores, cache_update_index, use_causal_mask,
+            )
         elif use_causal_mask:
-            attend, arguments = self._attend_causal, ()
+            output, scores = self._attend_causal(
+                query, key, value, attention_mask, attention_bias, training,
+                return_attention_scores,
+            )
         else:
-            attend, arguments = self._attend_both_ways, ()
-        output, scores = attend(
-            query, key, value, attention_mask, attention_bias, training,
-            return_attention_scores, *arguments,
-        )
+            output, scores = self._attend_both_ways(
+                query, key, value, attention_mask, attention_bias, training,
+                return_attention_scores,
+            )
         return _heads_first(output), scores
 
     def _attend_causal(self, query, key, value, mask, bias, training, return_scores):
@@ -376,9 +380,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         """
         m = self.max_relative_position
         if count is None:
-            count = ops.minimum(m + 1, length + 1)
-            if isinstance(length, int):
-                count = min(m + 1, length + 1)
+            count = min(m, length) + 1 if isinstance(length, int) else ops.minimum(m, length) + 1
         if not self._is_shaw:
             return count, relative_table_window(table, 1 - count, count, m), None
         base = table[..., :1, :]
