@@ -6,6 +6,7 @@ from keras import backend, ops
 
 from keras_selfattn.compat import MultiHeadAttentionInternals, get_keras_mask, set_keras_mask
 from keras_selfattn.ops.attention import dot_product_attention
+from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.masks import (
     as_attention_mask,
     causal_mask,
@@ -354,11 +355,11 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
 
     def _read_and_update_cache(self, cache, key, value, cache_update_index):
         if cache_update_index is not None:
-            # One write into the stacked cache: a decoding step copies the
-            # cache once, not once per half and again to restack them.
-            update = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
-            cache = ops.slice_update(cache, [0, 0, cache_update_index, 0, 0], update)
-        return cache[:, 0, ...], cache[:, 1, ...], cache
+            cache = update_cache(
+                cache, self.key_dense(key), self.value_dense(value), cache_update_index
+            )
+        projected_key, projected_value = read_cache(cache)
+        return projected_key, projected_value, cache
 
     def _check_inputs(self, query, value, key, attention_mask=None, attention_bias=None):
         """Feature sizes, batch sizes and the shapes of the mask and bias."""

@@ -28,6 +28,7 @@ from keras_selfattn.ops.blocking_2d import (
     pixel_validity,
     raster_to_block_raster,
 )
+from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.dmol import (
     DmolParams,
     dmol_negative_log_likelihood,

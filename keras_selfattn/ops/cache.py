@@ -1,0 +1,64 @@
+"""Writing and reading the static key/value cache `[batch, 2, max_length, heads, dim]`."""
+
+from keras import ops
+
+
+def update_cache(cache, key, value, cache_update_index):
+    """`cache` with `key` and `value` written at positions `cache_update_index ...`.
+
+    A scatter of the new rows, not a dynamic update slice: on TensorFlow
+    `slice_update` lowers to `XlaDynamicUpdateSlice`, an XLA op that a graph
+    run without XLA (TensorFlow Serving) compiles on demand. Under XLA and
+    JAX the scatter updates a loop-carried cache in place; a TensorFlow
+    graph without XLA copies the cache once per write either way.
+
+    Args:
+        cache: `[batch, 2, max_length, heads, dim]`, keys then values.
+        key: `[batch, length, heads, dim]` projected keys.
+        value: `[batch, length, heads, dim]` projected values.
+        cache_update_index: int or int scalar tensor, the position of row 0;
+            the rows must fit: `cache_update_index + length <= max_length`.
+
+    Returns:
+        The updated cache.
+
+    Example:
+
+    >>> import numpy as np
+    >>> cache = np.zeros((1, 2, 4, 1, 2), "float32")
+    >>> new = np.ones((1, 1, 1, 2), "float32")
+    >>> updated = update_cache(cache, new, 2 * new, 1)
+    >>> np.asarray(updated)[0, :, :, 0, 0].tolist()
+    [[0.0, 1.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0]]
+    """
+    batch_size, length = ops.shape(key)[0], ops.shape(key)[1]
+    grid = (batch_size, 2, length)
+    batch_ids = ops.broadcast_to(ops.arange(batch_size, dtype="int32")[:, None, None], grid)
+    halves = ops.broadcast_to(ops.arange(2, dtype="int32")[None, :, None], grid)
+    positions = ops.arange(length, dtype="int32") + ops.cast(cache_update_index, "int32")
+    positions = ops.broadcast_to(positions[None, None, :], grid)
+    indices = ops.reshape(ops.stack([batch_ids, halves, positions], axis=-1), (-1, 3))
+    rows = ops.stack([key, value], axis=1)
+    rows = ops.reshape(rows, (-1,) + tuple(cache.shape[3:]))
+    return ops.scatter_update(cache, indices, ops.cast(rows, cache.dtype))
+
+
+def read_cache(cache):
+    """`(keys, values)` of `cache`, each `[batch, max_length, heads, dim]`.
+
+    With a batch of one (known when tracing) both halves are slices along
+    the leading axis of a reshape, which TensorFlow takes as views of the
+    cache; `cache[:, 0]` would copy the keys, and then the values, every step.
+
+    Example:
+
+    >>> import numpy as np
+    >>> cache = np.arange(8, dtype="float32").reshape(1, 2, 4, 1, 1)
+    >>> keys, values = read_cache(cache)
+    >>> np.asarray(values)[0, :, 0, 0].tolist()
+    [4.0, 5.0, 6.0, 7.0]
+    """
+    if cache.shape[0] == 1:
+        halves = ops.reshape(cache, (2, -1) + tuple(cache.shape[3:]))
+        return halves[0:1], halves[1:2]
+    return cache[:, 0], cache[:, 1]
