@@ -13,7 +13,12 @@ TensorFlow Serving runs it):
 2. Per-step time of cached decoding at each `--positions` for the `maestro`
    width: `(T(k2) - T(k1)) / (k2 - k1)` where `T(k)` generates `k` tokens
    after a primer of that length (the prefill cancels), so the step is
-   timed inside the generation loop with a cache sized to the position.
+   timed inside the generation loop with a cache of `position + k` rows.
+   A cached step attends over the whole static cache (masked past the
+   position), so its cost follows the cache's length; here that length is
+   the position. Without XLA, TensorFlow also copies each layer's cache once
+   per step (a loop-carried tensor is not updated in place) and the
+   attention transposes the cached keys and values to heads-first.
 3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
    forward pass per sub-pixel), `local_1d` and `local_2d`.
 
