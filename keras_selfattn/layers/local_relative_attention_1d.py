@@ -220,7 +220,8 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             output = output + _weigh_rows(local_relative_weights(weights), value_rows)
         shape = ops.shape(output)  # [b, h, blocks, block, d]
         output = ops.reshape(output, (shape[0], shape[1], -1, shape[4]))
-        return _heads_first(ops.slice(output, (0, 0, 0, 0), (-1, -1, length, -1)))
+        output = ops.slice(output, (0, 0, 0, 0), (shape[0], shape[1], length, shape[4]))
+        return _heads_first(output)
 
     def _window_rows(self, table, dtype):
         """Table rows for the window's distances `-(2 block - 1) .. 0`."""

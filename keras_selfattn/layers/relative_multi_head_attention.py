@@ -521,14 +521,15 @@ def _prepend_row(x):
     in front; that row is masked, so it repeats row 0 (no dtype to pad with)."""
     if x is None or x.shape[-2] == 1:
         return x
-    rank = len(x.shape)
-    first = ops.slice(x, (0,) * rank, (-1,) * (rank - 2) + (1, -1))
+    shape = ops.shape(x)
+    first = ops.slice(x, (0,) * len(shape), tuple(shape[:-2]) + (1, shape[-1]))
     return ops.concatenate([first, x], axis=-2)
 
 
 def _drop_first_row(x):
     """`[batch, heads, 1 + queries, n]` -> `[batch, heads, queries, n]`."""
-    return ops.slice(x, (0, 0, 1, 0), (-1, -1, -1, -1))
+    shape = ops.shape(x)
+    return ops.slice(x, (0, 0, 1, 0), (shape[0], shape[1], shape[2] - 1, shape[3]))
 
 
 def _dot_rows(query, table):

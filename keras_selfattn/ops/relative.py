@@ -17,10 +17,17 @@ def _slice_trailing(x, starts, sizes):
     """Slices the last `len(starts)` axes; a size of -1 runs to the end.
 
     `ops.slice` rather than `x[..., a:b]`: on the CPU TensorFlow's
-    strided-slice gradient is over 20 times slower than the slice's.
+    strided-slice gradient is over 20 times slower than the slice's. Its
+    sizes are spelled out: `ops.slice` documents no -1, and on PyTorch a -1
+    drops the last entry.
     """
     leading = len(x.shape) - len(starts)
-    return ops.slice(x, (0,) * leading + tuple(starts), (-1,) * leading + tuple(sizes))
+    shape = ops.shape(x)
+    sizes = [
+        shape[leading + axis] - start if isinstance(size, int) and size == -1 else size
+        for axis, (start, size) in enumerate(zip(starts, sizes))
+    ]
+    return ops.slice(x, (0,) * leading + tuple(starts), tuple(shape[:leading]) + tuple(sizes))
 
 
 def _split_last_two(x):
