@@ -248,11 +248,12 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             mask = ops.logical_and(mask, ops.cast(query_present, "bool")[:, None, :, :, None])
         return mask
 
-    def _relative_attention(
+    def _compute_attention_with_context(
         self,
         query,
         key,
         value,
+        *,
         attention_mask,
         attention_bias,
         cache_update_index,
@@ -263,16 +264,16 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         """Cached calls: the dense relative attention, limited to the window."""
         offset = 0 if cache_update_index is None else cache_update_index
         window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
-        return super()._relative_attention(
+        return super()._compute_attention_with_context(
             query,
             key,
             value,
-            merge_masks(attention_mask, window[None, None]),
-            attention_bias,
-            offset,
-            use_causal_mask,
-            training,
-            return_attention_scores,
+            attention_mask=merge_masks(attention_mask, window[None, None]),
+            attention_bias=attention_bias,
+            cache_update_index=offset,
+            use_causal_mask=use_causal_mask,
+            training=training,
+            return_attention_scores=return_attention_scores,
         )
 
     def _window_mask(self, query_length, key_length, cache_update_index):

@@ -141,7 +141,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         cache_update_index=None,
         return_attention_scores=False,
         training=None,
-        use_causal_mask=False,
+        use_causal_mask=None,
     ):
         use_causal_mask = self._resolve_use_causal_mask(use_causal_mask)
         if query_mask is None:
@@ -204,8 +204,9 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         return results[0] if len(results) == 1 else results
 
     def _resolve_use_causal_mask(self, use_causal_mask):
-        """The call's `use_causal_mask` as a bool; subclasses whose weights
-        fix causality give their default for `None` and reject the other."""
+        """The call's `use_causal_mask` as a bool (`None`: False); subclasses
+        whose weights fix causality give their default for `None` and reject
+        the other."""
         return bool(use_causal_mask)
 
     def _compute_attention_with_context(

@@ -229,43 +229,14 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             initializer=keras.initializers.get(initializer),
         )
 
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        attention_bias=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=None,
-    ):
-        if cache is not None and cache_update_index is None:
+    def _check_cache(self, cache, query, cache_update_index):
+        super()._check_cache(cache, query, cache_update_index)
+        if cache_update_index is None:
             raise ValueError(
                 "Relative attention with a `cache` needs `cache_update_index`, "
                 "the position of the first query row. Received: "
                 "cache_update_index=None"
             )
-        return super().call(
-            query,
-            value,
-            key=key,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            return_attention_scores=return_attention_scores,
-            training=training,
-            use_causal_mask=use_causal_mask,
-        )
 
     def _resolve_use_causal_mask(self, use_causal_mask):
         if use_causal_mask is None:
@@ -285,30 +256,6 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         key,
         value,
         *,
-        attention_mask,
-        attention_bias,
-        cache_update_index,
-        use_causal_mask,
-        training,
-        return_attention_scores,
-    ):
-        return self._relative_attention(
-            query,
-            key,
-            value,
-            attention_mask,
-            attention_bias,
-            cache_update_index,
-            use_causal_mask,
-            training,
-            return_attention_scores,
-        )
-
-    def _relative_attention(
-        self,
-        query,
-        key,
-        value,
         attention_mask,
         attention_bias,
         cache_update_index,
