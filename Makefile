@@ -1,7 +1,7 @@
 # `make demo` runs the main job on embedded data; `make test` runs every test.
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-EXTRAS := test,jax
+EXTRAS := recipes,test,jax
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: install demo test test-fast benchmark clean

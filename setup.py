@@ -9,8 +9,12 @@ RECIPES = ["tensorflow-datasets", "scikit-learn"]
 # `keras_selfattn.generation`'s beam search (`beam_size` > 1).
 BEAM = ["tf-models-official==2.20.*"]
 JAX = ["jax"]
+# `keras_selfattn.data.music` and the music recipe: performance encodings, MIDI in and out.
+MUSIC = ["note-seq==0.0.5", "matplotlib"]
+# `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests for the client.
+SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*"]
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
-TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM
+TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM + MUSIC + SERVING
 
 setup(
     name="keras-selfattn",
@@ -29,8 +33,10 @@ setup(
         "recipes": RECIPES,
         "beam": BEAM,
         "jax": JAX,
+        "music": MUSIC,
+        "serving": SERVING,
         "test": TEST,
-        "all": RECIPES + BEAM + JAX + TEST,
+        "all": RECIPES + BEAM + JAX + MUSIC + SERVING + TEST,
     },
     classifiers=[
         "Programming Language :: Python :: 3",
