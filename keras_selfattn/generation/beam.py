@@ -23,7 +23,8 @@ from keras_selfattn.models.decoding import decoder_logits, initial_caches
 
 
 def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id, sampling):
-    """Best `[batch, max_length]` int32 translations by GNMT-penalised score."""
+    """Best `[batch, max_length]` int32 translations by GNMT-penalised score,
+    and their float32 `[batch]` scores."""
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             "`beam_size` > 1 runs tf-models-official's beam search, which needs the "
@@ -88,10 +89,10 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
         padded_decode=padded_decode,
         dtype="float32",
     )
-    best, _ = search.search(tf.zeros((batch_size,), "int32"), state)
+    best, scores = search.search(tf.zeros((batch_size,), "int32"), state)
     best = best[:, 1:]  # drop the start token
     best = tf.pad(best, [[0, 0], [0, max_length - tf.shape(best)[1]]])
-    return _pad_after_eos(tf.reshape(best, (-1, max_length)), eos_id)
+    return _pad_after_eos(tf.reshape(best, (-1, max_length)), eos_id), scores
 
 
 def _flat(tensor):

@@ -88,36 +88,64 @@ def sample_images(
             f"leave top_k=0 and top_p=1.0. Received: top_k={top_k}, top_p={top_p}"
         )
     inputs = _checked_inputs(image, batch_size, class_labels, low_resolution, known_pixels, known_rows)
-    batch_size = inputs.pop("batch_size")
     seed = resolve_seed(seed)
+
+    def choose(outputs, index):
+        if image.is_dmol:
+            return choose_pixels(outputs, seed, index, temperature)
+        return choose_tokens(outputs, seed, index, temperature, top_k, top_p)
+
+    return generate_image(
+        image,
+        inputs.pop("batch_size"),
+        choose,
+        class_labels=inputs.get("class_labels"),
+        low_resolution=inputs.get("low_resolution"),
+        known_pixels=inputs.get("known_pixels"),
+        known_rows=known_rows,
+    )
+
+
+def generate_image(
+    image, batch_size, choose, *, class_labels=None, low_resolution=None, known_pixels=None, known_rows=0
+):
+    """uint8 `[batch, H, W, C]` images of the `ImageModel` `image`, each step's
+    value `choose(outputs, index)` of one cached step.
+
+    `known_rows` is an int or an int `[batch]` tensor (one count per image,
+    as a serving signature takes it); the top `known_rows` rows of
+    `known_pixels` are fed to the model unchanged.
+    """
     layers, config, image_shape = image.layers, image.config, image.image_shape
     condition = encoder_outputs = None
-    if image.conditional:
-        condition = layers["class_embedding"](inputs["class_labels"])
-    if image.low_resolution_shape is not None:
-        encoder_outputs = image.encode_low_resolution(inputs["low_resolution"])
+    if class_labels is not None:
+        condition = layers["class_embedding"](class_labels)
+    if low_resolution is not None:
+        encoder_outputs = image.encode_low_resolution(low_resolution)
 
     order = generation_order(image_shape, config)
     columns = position_grid(image_shape, config["head"])[1]
     raster_index = order[:, 0] * columns + order[:, 1]  # of each step
     value_shape = (3,) if image.is_dmol else ()
     known = None
-    if known_rows:
-        flat = ops.reshape(inputs["known_pixels"], (-1, raster_index.size) + value_shape)
-        known = (ops.convert_to_tensor(order[:, 0] < known_rows), ops.take(flat, raster_index, axis=1))
+    if known_pixels is not None:
+        flat = ops.reshape(ops.cast(known_pixels, "int32"), (-1, raster_index.size) + value_shape)
+        rows_known = ops.reshape(ops.cast(known_rows, "int32"), (-1, 1))
+        keep = ops.convert_to_tensor(order[:, 0])[None, :] < rows_known  # [batch or 1, steps]
+        known = (keep, ops.take(flat, raster_index, axis=1))
 
     def step(index, state):
         values, previous, caches = state
         outputs, caches = image_decoder_step(
             layers, config, image_shape, previous, index, caches, condition, encoder_outputs
         )
-        if image.is_dmol:
-            chosen = choose_pixels(outputs, seed, index, temperature)
-        else:
-            chosen = choose_tokens(outputs, seed, index, temperature, top_k, top_p)
+        chosen = choose(outputs, index)
         if known is not None:
             keep, known_values = known
-            chosen = ops.where(ops.take(keep, index), ops.take(known_values, index, axis=1), chosen)
+            keep_now = ops.take(keep, index, axis=1)
+            if image.is_dmol:
+                keep_now = keep_now[:, None]
+            chosen = ops.where(keep_now, ops.take(known_values, index, axis=1), chosen)
         return _write_step(values, index, chosen), chosen, caches
 
     values = ops.zeros((batch_size, raster_index.size) + value_shape, "int32")

@@ -107,6 +107,30 @@ def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     return logits
 
 
+def filter_logits_by_row(logits, temperature, top_k, top_p):
+    """`filter_logits` with `[batch]` tensors of settings, one per row.
+
+    For a row whose settings are those numbers, the result is the same
+    floats `filter_logits` gives: a `top_k` of 0 or past the vocabulary and
+    a `top_p` of 1 change nothing. `temperature` must be > 0 here.
+    """
+    logits = ops.cast(logits, "float32") / ops.cast(temperature, "float32")[:, None]
+    vocab_size = logits.shape[-1]
+    descending = ops.top_k(logits, vocab_size, sorted=True)[0]
+    top_k = ops.cast(top_k, "int32")
+    kept_count = ops.where(ops.logical_or(top_k <= 0, top_k >= vocab_size), vocab_size, top_k)
+    kth_largest = ops.take_along_axis(descending, kept_count[:, None] - 1, axis=1)
+    logits = ops.where(logits < kth_largest, -np.inf, logits)
+    descending = ops.where(descending < kth_largest, -np.inf, descending)
+    probabilities = ops.softmax(descending, axis=-1)
+    probability_before = ops.cumsum(probabilities, axis=-1) - probabilities
+    top_p = ops.cast(top_p, "float32")[:, None]
+    kept = ops.where(probability_before < top_p, descending, np.inf)
+    smallest_kept = ops.min(kept, axis=-1, keepdims=True)
+    nucleus = ops.where(logits < smallest_kept, -np.inf, logits)
+    return ops.where(top_p < 1.0, nucleus, logits)
+
+
 def choose_tokens(logits, seed, step, temperature, top_k, top_p):
     """int32 `[batch]` tokens: the argmax for `temperature == 0`, else a draw
     from the filtered logits with the seed `(seed, step)`."""
@@ -115,6 +139,44 @@ def choose_tokens(logits, seed, step, temperature, top_k, top_p):
     filtered = filter_logits(logits, temperature, top_k, top_p)
     draw = keras.random.categorical(filtered, 1, dtype="int32", seed=_StepSeed(seed, step))
     return draw[:, 0]
+
+
+def choose_tokens_by_row(logits, seeds, step, temperature, top_k, top_p):
+    """int32 `[batch]` tokens with `[batch]` seeds and settings, one per row.
+
+    Row `i` gets the token `choose_tokens(logits[i:i + 1], seeds[i], step,
+    temperature[i], top_k[i], top_p[i])` gives: a row depends on nothing but
+    itself, so a server may batch requests together without changing any
+    answer.
+    """
+    greedy = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    sampled = temperature > 0
+    filtered = filter_logits_by_row(logits, ops.where(sampled, temperature, 1.0), top_k, top_p)
+
+    def draw(row):
+        row_logits, seed = row
+        draw = keras.random.categorical(
+            row_logits[None], 1, dtype="int32", seed=_StepSeed(seed, step)
+        )
+        return draw[0, 0]
+
+    drawn = ops.map(draw, (filtered, ops.cast(seeds, "int32")))
+    return ops.where(sampled, drawn, greedy)
+
+
+def choose_pixels_by_row(params, seeds, step, temperature):
+    """int32 `[batch, 3]` pixels with `[batch]` seeds and temperatures: row
+    `i` is what `choose_pixels(params[i:i + 1], seeds[i], step,
+    temperature[i])` gives."""
+    sampled = temperature > 0
+    tempered = _tempered(params, ops.where(sampled, temperature, 1.0)[:, None])
+
+    def draw(row):
+        row_params, seed = row
+        return sample_dmol(row_params[None], seed=_StepSeed(seed, step))[0]
+
+    drawn = ops.map(draw, (tempered, ops.cast(seeds, "int32")))
+    return ops.where(sampled[:, None], ops.cast(drawn, "int32"), dmol_mode(params))
 
 
 def choose_pixels(params, seed, step, temperature):
@@ -150,5 +212,8 @@ def _tempered(params, temperature):
     )
     # Floored first, as `split_dmol_params` floors them, so the scale itself
     # is what the temperature multiplies.
-    log_scales = ops.maximum(log_scales, LOG_SCALE_MIN) + math.log(temperature)
+    log_temperature = (
+        math.log(temperature) if isinstance(temperature, (int, float)) else ops.log(temperature)
+    )
+    log_scales = ops.maximum(log_scales, LOG_SCALE_MIN) + log_temperature
     return ops.concatenate([logits / temperature, locs, log_scales, coeffs], axis=-1)

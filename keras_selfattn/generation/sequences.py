@@ -71,18 +71,30 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
         )
     _check_count("max_new_tokens", max_new_tokens, None if limit is None else limit - primer_length)
     seed = resolve_seed(seed)
-    batch_size = ops.shape(primer)[0]
+
+    def choose(logits, index):
+        return choose_tokens(logits, seed, index, temperature, top_k, top_p)
+
+    return extend_sequence(layers, primer, max_new_tokens, choose)
+
+
+def extend_sequence(layers, primer, max_new_tokens, choose):
+    """The primer followed by `max_new_tokens` tokens, each `choose(logits
+    [batch, vocab], index)` of one cached step of the decoder `layers`.
+
+    The primer's length and `max_new_tokens` may be tensors (a serving
+    signature's dynamic lengths); the primer is at least one token long.
+    """
+    primer_length = ops.shape(primer)[1]
     total_length = primer_length + max_new_tokens
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
-    caches = initial_caches(layers, batch_size, total_length)
-    if primer_length > 1:
-        _, caches = decoder_logits(layers, primer[:, :-1], caches, 0)
+    caches = initial_caches(layers, ops.shape(primer)[0], total_length)
+    _, caches = decoder_logits(layers, primer[:, :-1], caches, 0)
 
     def step(index, state):
         tokens, caches = state
         logits, caches = decoder_logits(layers, _column(tokens, index), caches, index)
-        chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)
-        return _write_column(tokens, index + 1, chosen), caches
+        return _write_column(tokens, index + 1, choose(logits[:, -1], index)), caches
 
     tokens, _ = ops.fori_loop(primer_length - 1, total_length - 1, step, (tokens, caches))
     return tokens
@@ -101,6 +113,7 @@ def translate_tokens(
     top_k=0,
     top_p=1.0,
     seed=None,
+    return_scores=False,
 ):
     """Translates with a `transformer_translation` model: greedy, sampled or beam search.
 
@@ -122,10 +135,13 @@ def translate_tokens(
         top_k: sample among the `top_k` most likely tokens; 0 = all.
         top_p: sample from the nucleus of probability `top_p`; 1.0 = all.
         seed: an int or int32 scalar tensor; used only when sampling.
+        return_scores: also return each translation's GNMT score.
 
     Returns:
         int32 `[batch, max_length]` target tokens without the start token;
-        after `eos_id` only padding 0.
+        after `eos_id` only padding 0. With `return_scores`, also float32
+        `[batch]` scores `log P / ((5 + length) / 6) ** alpha`, `length`
+        counting the EOS (`max_length` for a translation without one).
 
     Raises:
         ValueError: for a model that is not a translation model, bad source
@@ -157,31 +173,43 @@ def translate_tokens(
     if beam_size > 1:
         from keras_selfattn.generation.beam import beam_search
 
-        return beam_search(
+        tokens, scores = beam_search(
             layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
             sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p),
         )
+        return (tokens, scores) if return_scores else tokens
     seed = resolve_seed(seed)
     batch_size = ops.shape(source_tokens)[0]
     tokens = ops.full((batch_size, max_length + 1), START_ID, dtype="int32")
     finished = ops.zeros((batch_size,), dtype="bool")
+    log_probability = ops.zeros((batch_size,), dtype="float32")
     caches = initial_caches(layers, batch_size, max_length)
 
-    def unfinished(index, tokens, finished, caches):
+    def unfinished(index, tokens, finished, log_probability, caches):
         return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
-    def step(index, tokens, finished, caches):
+    def step(index, tokens, finished, log_probability, caches):
         logits, caches = decoder_logits(
             layers, _column(tokens, index), caches, index, encoder_outputs, padding_mask
         )
         chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)
         chosen = ops.where(finished, 0, chosen)
+        token_log_probability = ops.take_along_axis(
+            ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1), chosen[:, None], axis=1
+        )[:, 0]
+        log_probability += ops.where(finished, 0.0, token_log_probability)
         finished = ops.logical_or(finished, ops.equal(chosen, eos_id))
-        return index + 1, _write_column(tokens, index + 1, chosen), finished, caches
+        tokens = _write_column(tokens, index + 1, chosen)
+        return index + 1, tokens, finished, log_probability, caches
 
     index = ops.convert_to_tensor(0, "int32")
-    _, tokens, _, _ = ops.while_loop(unfinished, step, (index, tokens, finished, caches))
-    return tokens[:, 1:]
+    state = (index, tokens, finished, log_probability, caches)
+    _, tokens, _, log_probability, _ = ops.while_loop(unfinished, step, state)
+    tokens = tokens[:, 1:]
+    if not return_scores:
+        return tokens
+    length = ops.cast(ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"), axis=1), "float32")
+    return tokens, log_probability / ((5.0 + length) / 6.0) ** alpha
 
 
 def _int_tokens(name, tokens, static_length=True):
@@ -215,5 +243,5 @@ def _column(tokens, index):
 def _write_column(tokens, index, values):
     """`tokens` with column `index` replaced by `values` (a select, not a
     dynamic update slice: no XLA op in graphs that run without XLA)."""
-    positions = ops.arange(tokens.shape[1], dtype="int32")
+    positions = ops.arange(ops.shape(tokens)[1], dtype="int32")
     return ops.where(ops.equal(positions, index)[None, :], values[:, None], tokens)

@@ -102,6 +102,18 @@ def test_beam_search_scores_at_least_greedy(position):
             assert not row[ends[0] + 1 :].any()
 
 
+def test_returned_scores_are_the_gnmt_scores_of_the_translations():
+    model = translation_model("shaw", vocab_size=8)
+    source = np.random.default_rng(4).integers(2, 14, (6, 5)).astype("int32")
+    settings = [dict(), dict(temperature=1.0, seed=3)]
+    if ON_TENSORFLOW:
+        settings.append(dict(beam_size=3))
+    for setting in settings:
+        tokens, scores = translate_tokens(model, source, 6, alpha=0.6, return_scores=True, **setting)
+        expected = translation_score(model, source, np.asarray(tokens), 0.6)
+        np.testing.assert_allclose(np.asarray(scores), expected, rtol=1e-4, atol=1e-4, err_msg=str(setting))
+
+
 @pytest.mark.skipif(ON_TENSORFLOW, reason="the JAX backend refuses beam search")
 def test_beam_search_needs_tensorflow():
     with pytest.raises(ValueError, match="`beam_size` > 1 .* TensorFlow backend"):

@@ -1,0 +1,115 @@
+"""The `sample`, `complete` and `super_resolve` signatures of the image models."""
+
+import tensorflow as tf
+
+from keras_selfattn.export import request_checks
+from keras_selfattn.generation.images import generate_image
+from keras_selfattn.generation.sampling import choose_pixels_by_row, choose_tokens_by_row
+
+ROWS = [None]
+
+
+def image_endpoints(image):
+    """`[(name, function, input signature)]` for an `ImageModel`."""
+    if image.low_resolution_shape is not None:
+        return [_super_resolve_endpoint(image)]
+    return [_sample_endpoint(image), _complete_endpoint(image)]
+
+
+def _chooser(image, seed, temperature):
+    def choose(outputs, index):
+        if image.is_dmol:
+            return choose_pixels_by_row(outputs, seed, index, temperature)
+        rows = tf.shape(seed)
+        return choose_tokens_by_row(
+            outputs, seed, index, temperature, tf.zeros(rows, tf.int32), tf.ones(rows, tf.float32)
+        )
+
+    return choose
+
+
+def _settings_specs():
+    return [tf.TensorSpec(ROWS, tf.int32, name="seed"), tf.TensorSpec(ROWS, tf.float32, name="temperature")]
+
+
+def _class_checks(image, class_label):
+    num_classes = image.layers["class_embedding"].input_dim
+    return request_checks.in_range(
+        "class_label", class_label, 0, num_classes - 1, f"a class in [0, {num_classes})"
+    )
+
+
+def _generate(image, inputs, checks, **known):
+    batch_size, batch_checks = request_checks.batch_size_of(inputs)
+    checks += batch_checks + request_checks.sampling_settings(inputs["temperature"], inputs["seed"])
+    # Every tensor waits for the checks, so a bad request fails on them
+    # rather than deep inside the model.
+    batch_size = request_checks.after(checks, batch_size)
+    inputs = {name: request_checks.after(checks, value) for name, value in inputs.items()}
+    known = {name: request_checks.after(checks, value) for name, value in known.items()}
+    pixels = generate_image(
+        image,
+        batch_size,
+        _chooser(image, inputs["seed"], inputs["temperature"]),
+        class_labels=inputs.get("class_label"),
+        low_resolution=known.pop("low_resolution", None),
+        **known,
+    )
+    return {"pixels": pixels}
+
+
+def _sample_endpoint(image):
+    if image.conditional:
+
+        def sample(seed, temperature, class_label):
+            inputs = dict(seed=seed, temperature=temperature, class_label=class_label)
+            return _generate(image, inputs, _class_checks(image, class_label))
+
+        specs = _settings_specs() + [tf.TensorSpec(ROWS, tf.int32, name="class_label")]
+    else:
+
+        def sample(seed, temperature):
+            return _generate(image, dict(seed=seed, temperature=temperature), [])
+
+        specs = _settings_specs()
+    return "sample", sample, specs
+
+
+def _complete_endpoint(image):
+    height = image.image_shape[0]
+
+    def complete_rows(pixels, known_rows, seed, temperature, class_label=None):
+        inputs = dict(pixels=pixels, known_rows=known_rows, seed=seed, temperature=temperature)
+        checks = request_checks.in_range(
+            "known_rows", known_rows, 1, height, f"in [1, {height}], the image's height"
+        )
+        if class_label is not None:
+            inputs["class_label"] = class_label
+            checks += _class_checks(image, class_label)
+        return _generate(image, inputs, checks, known_pixels=pixels, known_rows=known_rows)
+
+    specs = [
+        tf.TensorSpec([None, *image.image_shape], tf.uint8, name="pixels"),
+        tf.TensorSpec(ROWS, tf.int32, name="known_rows"),
+    ] + _settings_specs()
+    if image.conditional:
+
+        def complete(pixels, known_rows, seed, temperature, class_label):
+            return complete_rows(pixels, known_rows, seed, temperature, class_label)
+
+        specs.append(tf.TensorSpec(ROWS, tf.int32, name="class_label"))
+    else:
+
+        def complete(pixels, known_rows, seed, temperature):
+            return complete_rows(pixels, known_rows, seed, temperature)
+
+    return "complete", complete, specs
+
+
+def _super_resolve_endpoint(image):
+    def super_resolve(low_resolution, seed, temperature):
+        inputs = dict(low_resolution=low_resolution, seed=seed, temperature=temperature)
+        return _generate(image, inputs, [], low_resolution=tf.cast(low_resolution, tf.int32))
+
+    specs = [tf.TensorSpec([None, *image.low_resolution_shape], tf.uint8, name="low_resolution")]
+    return "super_resolve", super_resolve, specs + _settings_specs()

@@ -1,0 +1,223 @@
+"""`export_for_serving`: a model and its generation as a TF Serving SavedModel."""
+
+import os
+import shutil
+import tempfile
+
+import keras
+
+from keras_selfattn.export.contract import check_serving_contract
+from keras_selfattn.generation import families
+
+DEFAULT_MAX_LENGTH = {"sequence": 2048, "translation": 256}
+
+
+def export_for_serving(
+    model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None
+):
+    """Writes `model` with its generation signatures to `export_base/name/version/`.
+
+    The SavedModel runs in TensorFlow Serving as exported: it loads without
+    `keras_selfattn`, every input has a free leading batch dimension (REST
+    `instances` and `inputs` requests both work, and each row may carry its
+    own settings), outputs are dense, nothing is marked for XLA and no op
+    runs Python; `check_serving_contract` verifies this before the version
+    appears. The version directory is written aside and renamed into place,
+    so a server watching `export_base/name` never loads half a model.
+
+    Signatures, by family:
+
+    - every model: `serving_default`, the forward pass, keyed by the model's
+      input names -> `logits` (`dmol_params` for a DMOL head).
+    - `music_transformer` (decoder-only): `generate`: `primer` int32
+      `[B, T]`, `max_new_tokens` int32 `[B]`, `temperature` float32 `[B]`,
+      `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]` ->
+      `tokens` int32 `[B, T + max(max_new_tokens)]`, zeros past a row's own
+      count.
+    - `transformer_translation` with a `tokenizer`: `translate`: `text`
+      string `[B]` -> `translation` string `[B]`, `tokens` int32 `[B,
+      max_length]`, `score` float32 `[B]` (beam search with `beam_size` and
+      `alpha`).
+    - `image_transformer`: `sample`: `seed` int32 `[B]`, `temperature`
+      float32 `[B]` (+ `class_label` int32 `[B]` when conditional) ->
+      `pixels` uint8 `[B, H, W, C]`; `complete`: `pixels` uint8
+      `[B, H, W, C]`, `known_rows` int32 `[B]`, `seed`, `temperature` (+
+      `class_label`) -> `pixels`.
+    - `image_super_resolution`: `super_resolve`: `low_resolution` uint8
+      `[B, h, w, C]`, `seed`, `temperature` -> `pixels` uint8.
+
+    A row's output is what `keras_selfattn.generation` gives for that row
+    alone with the same settings and seed (`continue_sequence`,
+    `translate_tokens`, `sample_images`). A request outside a signature's
+    rules fails with an InvalidArgument error naming the input.
+
+    Args:
+        model: a model built by `keras_selfattn.models`.
+        export_base: the folder TF Serving watches for all models.
+        name: the model's name in TF Serving (its folder under
+            `export_base`).
+        version: a positive integer; `None` takes the next after the
+            versions already there.
+        tokenizer: translation only, and needed for `translate`: a
+            SentencePiece model file (path or serialized bytes) whose id 0
+            is padding; its end-of-sentence id ends translations.
+        beam_size: `translate`'s beam width (1 decodes greedily).
+        alpha: `translate`'s length penalty exponent.
+        max_length: the longest sequence a signature generates: for
+            `generate`, primer plus new tokens; for `translate`, target
+            tokens. `None` takes the model's maximum, else 2048 (music) or
+            256 (translation).
+
+    Returns:
+        The path of the written version directory.
+
+    Raises:
+        ValueError: for a model or argument these signatures do not support,
+            or a version that exists already.
+        ServingContractError: if the written graph breaks the server's
+            contract.
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "`export_for_serving` writes a TensorFlow SavedModel: it needs the TensorFlow "
+            f"backend. Received: the {keras.backend.backend()!r} backend"
+        )
+    if not isinstance(name, str) or not name or os.sep in name:
+        raise ValueError(f"`name` must be a folder name for the model. Received: name={name!r}")
+    family, layers = _family(model)
+    endpoints, resources = _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length)
+    model_dir = os.path.join(os.fspath(export_base), name)
+    version = _version(model_dir, version)
+    os.makedirs(model_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{version}-", dir=model_dir)
+    try:
+        _write([model, *resources], endpoints, staging)
+        check_serving_contract(staging)
+        path = os.path.join(model_dir, str(version))
+        os.rename(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def _family(model):
+    """`("sequence" | "translation" | "image", layers or ImageModel)`."""
+    for family, read in (
+        ("sequence", families.decoder_only_layers),
+        ("translation", families.translation_layers),
+        ("image", families.ImageModel),
+    ):
+        try:
+            return family, read(model)
+        except ValueError:
+            continue
+    raise ValueError(
+        "`model` must be built by keras_selfattn.models (music_transformer, "
+        "transformer_translation, image_transformer or image_super_resolution). "
+        f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
+    )
+
+
+def _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length):
+    from keras_selfattn.export import image_signatures, sequence_signatures
+
+    endpoints = [_forward_endpoint(model)]
+    if family == "image":
+        return endpoints + image_signatures.image_endpoints(layers), []
+    if tokenizer is not None and family != "translation":
+        raise ValueError(f"`tokenizer` is for translation models only. Received a {family} model")
+    max_length = _max_length(max_length, family, layers)
+    if family == "sequence":
+        return endpoints + [sequence_signatures.generate_endpoint(layers, max_length)], []
+    if tokenizer is None:
+        return endpoints, []
+    _check_beam(beam_size, alpha)
+    sentencepiece, eos_id = _sentencepiece(tokenizer)
+    translate = sequence_signatures.translate_endpoint(
+        model, sentencepiece, eos_id, max_length, beam_size, alpha
+    )
+    # The tokenizer's resource must be tracked by the exported object, or
+    # saving fails on an untracked resource.
+    return endpoints + [translate], [sentencepiece]
+
+
+def _forward_endpoint(model):
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype, name=t.name) for t in model.inputs]
+    names = [spec.name for spec in specs]
+    is_dmol = families.ImageModel(model).is_dmol if "pixels" in names else False
+    output_name = "dmol_params" if is_dmol else "logits"
+
+    def forward(inputs):
+        outputs = model(inputs if isinstance(model.input, dict) else inputs[names[0]], training=False)
+        return {output_name: tf.cast(outputs, "float32")}
+
+    return "serving_default", forward, [dict(zip(names, specs))]
+
+
+def _max_length(max_length, family, layers):
+    limit = families.maximum_length(layers)
+    if max_length is None:
+        return limit or DEFAULT_MAX_LENGTH[family]
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
+    if limit is not None and max_length > limit:
+        raise ValueError(
+            f"`max_length` must be at most {limit}, the model's maximum length. "
+            f"Received: max_length={max_length}"
+        )
+    return max_length
+
+
+def _check_beam(beam_size, alpha):
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"`beam_size` must be an integer >= 1. Received: beam_size={beam_size!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < float("inf"):
+        raise ValueError(f"`alpha` must be a finite number >= 0. Received: alpha={alpha!r}")
+
+
+def _sentencepiece(tokenizer):
+    """A tensorflow-text tokenizer holding the SentencePiece model, and its EOS id."""
+    import sentencepiece
+    import tensorflow_text
+
+    if isinstance(tokenizer, (str, os.PathLike)):
+        with open(tokenizer, "rb") as file:
+            tokenizer = file.read()
+    if not isinstance(tokenizer, bytes):
+        raise ValueError(
+            "`tokenizer` must be a SentencePiece model file: a path or its bytes. "
+            f"Received: {type(tokenizer).__name__}"
+        )
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer)
+    if processor.pad_id() != 0 or processor.eos_id() < 1:
+        raise ValueError(
+            "`tokenizer` must be a SentencePiece model with pad_id=0 (the models' padding) and "
+            f"an end-of-sentence id. Received: pad_id={processor.pad_id()}, eos_id={processor.eos_id()}"
+        )
+    return tensorflow_text.SentencepieceTokenizer(model=tokenizer, add_eos=True), processor.eos_id()
+
+
+def _version(model_dir, version):
+    existing = [int(entry) for entry in _entries(model_dir) if entry.isdigit()]
+    if version is None:
+        return max(existing, default=0) + 1
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"`version` must be an integer >= 1 or None. Received: version={version!r}")
+    if version in existing:
+        raise ValueError(f"Version {version} exists already in {model_dir}; pass another `version`.")
+    return version
+
+
+def _entries(folder):
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def _write(tracked, endpoints, path):
+    archive = keras.export.ExportArchive()
+    for resource in tracked:
+        archive.track(resource)
+    for endpoint_name, function, signature in endpoints:
+        archive.add_endpoint(endpoint_name, function, input_signature=signature)
+    archive.write_out(path, verbose=False)

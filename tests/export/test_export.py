@@ -1,0 +1,275 @@
+"""`export_for_serving`: each family's signatures equal in-process generation
+row by row, reject bad requests by name, and keep TF Serving's contract."""
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels for TF Serving")
+
+tf = pytest.importorskip("tensorflow")
+
+from keras_selfattn.export import ServingContractError, check_serving_contract, export_for_serving  # noqa: E402
+from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
+from tests.generation.generation_models import (  # noqa: E402
+    IMAGE_SHAPE,
+    LOW_SHAPE,
+    SMALL,
+    image_model,
+    music_model,
+    sharpen,
+    super_resolution_model,
+)
+
+RNG = np.random.default_rng(5)
+SENTENCES = ["ich habe hunger", "das ist gut", "wir gehen nach hause", "i am hungry", "that is good"]
+
+
+def sentencepiece_model(vocab_size=24):
+    """A small SentencePiece model with the ids the export expects: pad 0, EOS 1."""
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES * 20), model_writer=model, vocab_size=vocab_size,
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2,
+    )
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module")
+def export_base(tmp_path_factory):
+    return tmp_path_factory.mktemp("exports")
+
+
+@pytest.fixture(scope="module")
+def music(export_base):
+    model = sharpen(music_model("relative_global"), factor=2.0)
+    path = export_for_serving(model, export_base, name="music", max_length=16)
+    return model, tf.saved_model.load(path), path
+
+
+@pytest.fixture(scope="module")
+def translation(export_base):
+    from keras_selfattn.models import transformer_translation
+
+    tokenizer = sentencepiece_model()
+    model = transformer_translation(24, 24, preset="tiny", position="shaw", **SMALL)
+    bias = model.get_layer("logits").bias
+    bias.assign(bias.numpy() - 3.0 * (np.arange(24) == 1))  # translations longer than EOS alone
+    path = export_for_serving(model, export_base, name="translation", tokenizer=tokenizer, beam_size=3, max_length=8)
+    return model, tf.saved_model.load(path), path, tokenizer
+
+
+def _call(loaded, signature, **inputs):
+    outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _generate_inputs(**changes):
+    inputs = dict(
+        primer=np.array([[3, 4, 5], [6, 7, 8], [1, 2, 3]], "int32"),
+        max_new_tokens=np.array([5, 3, 4], "int32"),
+        temperature=np.array([0.0, 0.9, 1.2], "float32"),
+        top_k=np.array([0, 5, 0], "int32"),
+        top_p=np.array([1.0, 0.9, 0.8], "float32"),
+        seed=np.array([1, 2, 3], "int32"),
+    )
+    inputs.update(changes)
+    return inputs
+
+
+def test_generate_gives_each_row_what_continue_sequence_gives_it_alone(music):
+    model, loaded, _ = music
+    inputs = _generate_inputs()
+    tokens = _call(loaded, "generate", **inputs)["tokens"]
+    assert tokens.shape == (3, 8) and tokens.dtype == np.int32
+    for row in range(3):
+        count = int(inputs["max_new_tokens"][row])
+        expected = continue_sequence(
+            model, inputs["primer"][row : row + 1], count,
+            temperature=float(inputs["temperature"][row]), top_k=int(inputs["top_k"][row]),
+            top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
+        )
+        np.testing.assert_array_equal(tokens[row, : 3 + count], np.asarray(expected)[0])
+        assert not tokens[row, 3 + count :].any()
+    # Batched with other requests or alone, a row gets the same tokens.
+    alone = _call(loaded, "generate", **{k: v[1:2] for k, v in inputs.items()})["tokens"]
+    np.testing.assert_array_equal(alone[0], tokens[1, :6])
+
+
+def test_serving_default_is_the_forward_pass(music):
+    model, loaded, _ = music
+    tokens = RNG.integers(0, 20, (2, 6)).astype("int32")
+    logits = _call(loaded, "serving_default", tokens=tokens)["logits"]
+    np.testing.assert_allclose(logits, np.asarray(model(tokens)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(top_p=np.array([1.0, 2.0, 1.0], "float32")), "`top_p` must be in \\(0, 1\\]"),
+        (dict(max_new_tokens=np.array([5, 14, 1], "int32")), "`max_new_tokens` must be >= 1, and"),
+        (dict(max_new_tokens=np.array([0, 1, 1], "int32")), "`max_new_tokens` must be >= 1"),
+        (dict(temperature=np.array([0.0, -1.0, 1.0], "float32")), "`temperature` must be a finite"),
+        (dict(temperature=np.array([0.0, np.nan, 1.0], "float32")), "`temperature` must be a finite"),
+        (dict(top_k=np.array([0, -2, 0], "int32")), "`top_k` must be >= 0"),
+        (dict(seed=np.array([1, 2], "int32")), "`seed` must have one row per row of `primer`"),
+        (dict(primer=np.array([[3, 40, 5]] * 3, "int32")), "`primer` must be token ids in \\[0, 20\\)"),
+        (dict(primer=np.zeros((3, 0), "int32")), "`primer` must hold at least one token"),
+    ],
+)
+def test_generate_rejects_a_bad_request_by_name_and_serves_the_next(music, changes, message):
+    _, loaded, _ = music
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _call(loaded, "generate", **_generate_inputs(**changes))
+    assert _call(loaded, "generate", **_generate_inputs())["tokens"].shape == (3, 8)
+
+
+def test_translate_is_string_in_string_out_as_in_process(translation):
+    import sentencepiece
+
+    model, loaded, _, tokenizer = translation
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer)
+    texts = ["ich habe hunger", "das ist gut"]
+    outputs = _call(loaded, "translate", text=np.array(texts, object))
+    assert outputs["tokens"].shape == (2, 8) and outputs["score"].shape == (2,)
+    source = [processor.encode(text) + [1] for text in texts]
+    width = max(map(len, source))
+    source = np.array([row + [0] * (width - len(row)) for row in source], "int32")
+    tokens, scores = translate_tokens(model, source, 8, beam_size=3, alpha=0.6, return_scores=True)
+    np.testing.assert_array_equal(outputs["tokens"], np.asarray(tokens))
+    np.testing.assert_allclose(outputs["score"], np.asarray(scores), rtol=1e-5)
+    for row, translation in zip(np.asarray(tokens), outputs["translation"]):
+        words = [int(t) for t in row if t not in (0, 1)]
+        assert words, "an empty translation: the test would check nothing"
+        assert translation.decode("utf-8") == processor.decode(words)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [([""], "`text` must not be empty"), (["  "], "`text` must not be empty"),
+     ([b"\xff\xfe"], "`text` must be valid UTF-8")],
+)
+def test_translate_rejects_empty_and_invalid_text(translation, text, message):
+    loaded = translation[1]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _call(loaded, "translate", text=np.array(text, object))
+    assert _call(loaded, "translate", text=np.array(["das ist gut"], object))["translation"].shape == (1,)
+
+
+def test_the_sentencepiece_model_is_inside_the_saved_model(translation, tmp_path):
+    path = translation[2]
+    files = [os.path.join(root, name) for root, _, names in os.walk(path) for name in names]
+    assert not any(name.endswith(".model") for name in files), files
+    script = (
+        "import sys; sys.modules['keras_selfattn'] = None\n"
+        "import tensorflow as tf, tensorflow_text\n"
+        f"out = tf.saved_model.load({path!r}).signatures['translate'](text=tf.constant(['das ist gut']))\n"
+        "print(out['translation'].shape)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "(1,)" in result.stdout
+
+
+def test_image_signatures_equal_sample_images(export_base):
+    model = sharpen(image_model("local_2d", num_classes=3), factor=2.0)
+    loaded = tf.saved_model.load(export_for_serving(model, export_base, name="images"))
+    assert sorted(loaded.signatures) == ["complete", "sample", "serving_default"]
+    pixels = _call(loaded, "sample", seed=np.array([3, 4], "int32"), temperature=np.array([1.0, 0.0], "float32"),
+                   class_label=np.array([1, 2], "int32"))["pixels"]
+    assert pixels.shape == (2,) + IMAGE_SHAPE and pixels.dtype == np.uint8
+    for row, (seed, temperature, label) in enumerate([(3, 1.0, 1), (4, 0.0, 2)]):
+        expected = sample_images(model, class_labels=np.array([label]), temperature=temperature, seed=seed)
+        np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
+    known = RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8")
+    completed = _call(loaded, "complete", pixels=known, known_rows=np.array([1, 3], "int32"),
+                      seed=np.array([5, 6], "int32"), temperature=np.array([1.0, 1.0], "float32"),
+                      class_label=np.array([0, 1], "int32"))["pixels"]
+    for row, (rows, seed, label) in enumerate([(1, 5, 0), (3, 6, 1)]):
+        np.testing.assert_array_equal(completed[row, :rows], known[row, :rows])
+        expected = sample_images(model, class_labels=np.array([label]), known_pixels=known[row : row + 1],
+                                 known_rows=rows, seed=seed)
+        np.testing.assert_array_equal(completed[row], np.asarray(expected)[0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`known_rows` must be in \\[1, 4\\]"):
+        _call(loaded, "complete", pixels=known, known_rows=np.array([1, 5], "int32"), seed=np.array([5, 6], "int32"),
+              temperature=np.array([1.0, 1.0], "float32"), class_label=np.array([0, 1], "int32"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`class_label` must be a class in \\[0, 3\\)"):
+        _call(loaded, "sample", seed=np.array([3], "int32"), temperature=np.array([1.0], "float32"),
+              class_label=np.array([3], "int32"))
+
+
+def test_dmol_and_super_resolution_signatures_equal_sample_images(export_base):
+    dmol = image_model("local_1d", head="dmol")
+    loaded = tf.saved_model.load(export_for_serving(dmol, export_base, name="dmol"))
+    pixels = _call(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([0.7, 0.0], "float32"))["pixels"]
+    for row, (seed, temperature) in enumerate([(3, 0.7), (9, 0.0)]):
+        expected = sample_images(dmol, 1, temperature=temperature, seed=seed)
+        np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
+    logits = _call(loaded, "serving_default", pixels=pixels.astype("int32"))
+    assert list(logits) == ["dmol_params"]
+
+    model = super_resolution_model()
+    loaded = tf.saved_model.load(export_for_serving(model, export_base, name="super_resolution"))
+    assert sorted(loaded.signatures) == ["serving_default", "super_resolve"]
+    low = RNG.integers(0, 256, (2,) + LOW_SHAPE).astype("uint8")
+    pixels = _call(loaded, "super_resolve", low_resolution=low, seed=np.array([1, 2], "int32"),
+                   temperature=np.array([0.0, 1.0], "float32"))["pixels"]
+    for row, temperature in enumerate([0.0, 1.0]):
+        expected = sample_images(model, low_resolution=low[row : row + 1], temperature=temperature, seed=row + 1)
+        np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
+
+
+def test_contract_scan_follows_nested_functions(music):
+    ops = check_serving_contract(music[2])
+    assert {"serving_default", "generate"} == set(ops)
+    assert {"While", "StatelessMultinomial", "Einsum"} <= set(ops["generate"])
+    assert not any(op.startswith("Xla") or "PyFunc" in op for op in ops["generate"])
+
+
+def _saved_module(path, function, signature):
+    module = tf.Module()
+    module.f = tf.function(function, input_signature=signature)
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.f})
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "build, problem",
+    [
+        (lambda x: {"y": tf.numpy_function(lambda v: v * 2, [x], tf.float32)}, "runs a Python function"),
+        (tf.function(lambda x: {"y": x * 2}, jit_compile=True), "_XlaMustCompile"),
+        (lambda x: {"y": tf.RaggedTensor.from_tensor(x, padding=0.0)}, "is not a dense tensor"),
+    ],
+)
+def test_contract_scan_finds_what_the_server_cannot_run(tmp_path, build, problem):
+    path = _saved_module(tmp_path / "model", build, [tf.TensorSpec([None, 3], tf.float32)])
+    with pytest.raises(ServingContractError, match=problem):
+        check_serving_contract(path)
+
+
+def test_contract_scan_needs_a_batch_dimension(tmp_path):
+    path = _saved_module(tmp_path / "model", lambda x: {"y": x * 2}, [tf.TensorSpec([], tf.float32)])
+    with pytest.raises(ServingContractError, match="input 'x' needs a free leading batch dimension"):
+        check_serving_contract(path)
+
+
+def test_versions_count_up_and_bad_arguments_are_named(tmp_path):
+    model = music_model("absolute")
+    first = export_for_serving(model, tmp_path, name="music", max_length=8)
+    second = export_for_serving(model, tmp_path, name="music", max_length=8)
+    assert [os.path.basename(first), os.path.basename(second)] == ["1", "2"]
+    assert sorted(os.listdir(tmp_path / "music")) == ["1", "2"]  # no staging folder left
+    with pytest.raises(ValueError, match="Version 2 exists already"):
+        export_for_serving(model, tmp_path, name="music", version=2)
+    with pytest.raises(ValueError, match="`tokenizer` is for translation models only"):
+        export_for_serving(model, tmp_path, name="music", tokenizer=b"x")
+    with pytest.raises(ValueError, match="`model` must be built by keras_selfattn.models"):
+        export_for_serving(object(), tmp_path, name="x")
+    with pytest.raises(ValueError, match="`max_length` must be an integer >= 2"):
+        export_for_serving(model, tmp_path, name="music", max_length=1)
