@@ -1,0 +1,318 @@
+"""MIDI files for `keras_selfattn.data.music`: the embedded MAESTRO default
+(fetched with pip), folder search and splits, and the on-disk encoding cache."""
+
+import csv
+import hashlib
+import logging
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from keras_selfattn.data import music_events
+
+logger = logging.getLogger("keras_selfattn.data.music")
+
+DATA_ENV_VAR = "KERAS_SELFATTN_DATA"
+MIDITOK_REQUIREMENT = "miditok==3.1.0"
+MIDITOK_SDIST = "miditok-3.1.0.tar.gz"
+MIDITOK_SHA256 = "1f905b9be87a57dac28a86c1c7a7565674a5d2e57b2f650bc2fea97792f6bdef"
+DEFAULT_MIDI_NAMES = tuple(f"Maestro_{index}.mid" for index in range(1, 11))
+MAESTRO_CSV_NAMES = ("maestro-v3.0.0.csv", "maestro-v2.0.0.csv")
+SPLITS = ("train", "validation", "test")
+MIDI_SUFFIXES = (".mid", ".midi")
+_SDIST_MEMBER = re.compile(r"^[^/]+/tests/MIDIs_one_track/(Maestro_\d+\.mid)$")
+_CACHE_FORMAT = 1
+
+
+def default_data_dir():
+    """`$KERAS_SELFATTN_DATA/music` when that variable is set, else
+    `~/.cache/keras_selfattn/music`."""
+    root = os.environ.get(DATA_ENV_VAR)
+    return Path(root) / "music" if root else Path.home() / ".cache" / "keras_selfattn" / "music"
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _download_sdist(data_dir):
+    """`pip download`s the miditok sdist into `data_dir` (skipped when a
+    copy with the right sha256 is already there) and returns its path."""
+    sdist = data_dir / MIDITOK_SDIST
+    if not sdist.exists():
+        logger.warning("Fetching the MAESTRO sample: pip download %s into %s", MIDITOK_REQUIREMENT, data_dir)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+        command += ["--disable-pip-version-check", "-q", MIDITOK_REQUIREMENT, "-d", str(data_dir)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0 or not sdist.exists():
+            raise RuntimeError(
+                f"`pip download {MIDITOK_REQUIREMENT}` failed (exit {result.returncode}); the default music "
+                f"data needs a reachable package index, or pass a folder of MIDI files instead. "
+                f"pip said: {result.stderr.strip()[-2000:]}"
+            )
+    digest = _sha256(sdist.read_bytes())
+    if digest != MIDITOK_SHA256:
+        sdist.unlink()
+        raise ValueError(f"{sdist} has sha256 {digest}, expected {MIDITOK_SHA256}; the file was removed")
+    return sdist
+
+
+def _extract_maestro(sdist, folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tarfile.open(sdist, "r:gz") as archive:
+        for member in archive.getmembers():
+            match = _SDIST_MEMBER.match(member.name)
+            if match and member.isfile():
+                target = folder / match.group(1)
+                target.write_bytes(archive.extractfile(member).read())
+                written.append(target.name)
+    if sorted(written) != sorted(DEFAULT_MIDI_NAMES):
+        raise ValueError(f"{sdist} holds {sorted(written)}, expected {list(DEFAULT_MIDI_NAMES)}")
+
+
+def default_midi_dir(data_dir=None):
+    """The embedded default: 10 MAESTRO piano performances (2.8 h, CC BY-NC-SA 4.0).
+
+    They ship in the miditok 3.1.0 source distribution as
+    `tests/MIDIs_one_track/Maestro_*.mid`. The first call runs
+    `python -m pip download --no-deps --no-binary :all: miditok==3.1.0`
+    into `data_dir`, checks the archive's sha256 and extracts the 10 files;
+    later calls find them there. The 10 files are 10 different pieces.
+
+    Args:
+        data_dir: cache folder; default `default_data_dir()`.
+
+    Returns:
+        The `Path` of the folder holding `Maestro_1.mid` .. `Maestro_10.mid`.
+    """
+    data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    folder = data_dir / "maestro-miditok-3.1.0"
+    if all((folder / name).is_file() for name in DEFAULT_MIDI_NAMES):
+        return folder
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _extract_maestro(_download_sdist(data_dir), folder)
+    return folder
+
+
+def _maestro_csv(midi_dir):
+    for name in MAESTRO_CSV_NAMES:
+        found = sorted(midi_dir.rglob(name))
+        if found:
+            return found[0]
+    return None
+
+
+def _maestro_splits(csv_path, files):
+    on_disk = {path.resolve(): path for path in files}
+    splits = {split: [] for split in SPLITS}
+    with open(csv_path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            path = on_disk.pop((csv_path.parent / row["midi_filename"]).resolve(), None)
+            if path is not None and row["split"] in splits:
+                splits[row["split"]].append(path)
+    if on_disk:
+        logger.warning("%d MIDI file(s) under %s are not listed in %s and are left out", len(on_disk),
+                       csv_path.parent, csv_path.name)
+    return splits
+
+
+def _held_out_count(fraction, count):
+    return max(1, int(round(fraction * count))) if fraction > 0 and count >= 2 else 0
+
+
+def _hash_splits(files, validation_fraction, test_fraction):
+    """Files sorted by content sha256 (identical files stay together): the
+    first are test, the next validation, the rest train."""
+    digests = {path: _sha256(path.read_bytes()) for path in files}
+    groups = {}
+    for path in sorted(files, key=lambda p: (digests[p], str(p))):
+        groups.setdefault(digests[path], []).append(path)
+    groups = list(groups.values())
+    test_count = _held_out_count(test_fraction, len(groups))
+    validation_count = _held_out_count(validation_fraction, len(groups) - test_count)
+    if test_count + validation_count >= len(groups):
+        validation_count = 0
+    flat = lambda chosen: [path for group in chosen for path in group]  # noqa: E731
+    return {
+        "test": flat(groups[:test_count]),
+        "validation": flat(groups[test_count : test_count + validation_count]),
+        "train": flat(groups[test_count + validation_count :]),
+    }
+
+
+def find_midi_files(midi_dir, *, validation_fraction=0.1, test_fraction=0.1):
+    """`.mid`/`.midi` files under `midi_dir` (recursively), split by whole file.
+
+    A MAESTRO `maestro-v3.0.0.csv` (else `maestro-v2.0.0.csv`) anywhere under
+    the folder decides the split (its `midi_filename` paths are relative to
+    the csv; files it does not list are left out, with a log line).
+    Otherwise the split is deterministic by content (renaming or moving
+    files does not change it): files sorted by sha256,
+    `round(test_fraction * n)` for test (at least one when n >= 2), then
+    `round(validation_fraction * rest)` for validation (at least one when
+    two or more remain), the rest for training; copies of one file stay on
+    one side. Without a csv, two different recordings of one piece are not
+    recognised as such: keep them in one file or use a csv.
+
+    Returns:
+        `{"train": [Path, ...], "validation": [...], "test": [...]}`.
+
+    Raises:
+        ValueError: `midi_dir` is not a folder or holds no MIDI file.
+    """
+    midi_dir = Path(midi_dir).expanduser()
+    if not midi_dir.is_dir():
+        raise ValueError(f"`midi_dir` must be a folder of MIDI files. Received: {str(midi_dir)!r} (no such folder)")
+    for name, value in (("validation_fraction", validation_fraction), ("test_fraction", test_fraction)):
+        if not 0 <= value < 1:
+            raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
+    files = sorted(p for p in midi_dir.rglob("*") if p.suffix.lower() in MIDI_SUFFIXES and p.is_file())
+    if not files:
+        raise ValueError(f"No .mid or .midi file under {str(midi_dir)!r}")
+    csv_path = _maestro_csv(midi_dir)
+    if csv_path is not None:
+        return _maestro_splits(csv_path, files)
+    return _hash_splits(files, validation_fraction, test_fraction)
+
+
+def encoding_key(min_pitch=music_events.MIN_PITCH, max_pitch=music_events.MAX_PITCH):
+    """The encoding settings that name cache entries (change one, re-encode)."""
+    from importlib.metadata import version
+
+    return (
+        f"f{_CACHE_FORMAT}-note_seq{version('note-seq')}-sps{music_events.STEPS_PER_SECOND}-shift{music_events.MAX_SHIFT_STEPS}"
+        f"-vel{music_events.NUM_VELOCITY_BINS}-pitch{min_pitch}-{max_pitch}-reserved{music_events.NUM_RESERVED_IDS}"
+    )
+
+
+def cached_array(cache_dir, name, compute):
+    """`compute()` stored as `cache_dir/name.npy`; read back on later calls.
+    `cache_dir=None` disables the cache."""
+    if cache_dir is None:
+        return compute()
+    path = Path(cache_dir).expanduser() / f"{name}.npy"
+    if path.exists():
+        return np.load(path)
+    array = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial.npy")
+    np.save(partial, array)
+    os.replace(partial, path)
+    return array
+
+
+def _encode_file(path, cache_dir, min_pitch, max_pitch, key):
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        return None, f"cannot read: {error}"
+    name = f"{_sha256(data)[:40]}-{_sha256(key.encode())[:12]}"
+    try:
+        return cached_array(
+            cache_dir, name, lambda: music_events.midi_to_events(data, min_pitch=min_pitch, max_pitch=max_pitch)
+        ), None
+    except ValueError as error:
+        return None, str(error)
+
+
+def encode_performances(
+    paths,
+    cache_dir=None,
+    *,
+    min_pitch=music_events.MIN_PITCH,
+    max_pitch=music_events.MAX_PITCH,
+    progress=True,
+):
+    """Encodes MIDI files with `midi_to_events`, caching the ids on disk.
+
+    Cache entries are named by the file's content sha256 and the encoding
+    settings (`encoding_key`), so a second run (or a renamed copy) reads
+    `.npy` files instead of re-encoding. Files that cannot be parsed or hold
+    no note in range are skipped, counted and named in one log warning.
+
+    Args:
+        paths: MIDI file paths.
+        cache_dir: folder of cached encodings, or `None` for no cache.
+        min_pitch, max_pitch: the pitch range (see `midi_to_events`).
+        progress: show a `keras.utils.Progbar`.
+
+    Returns:
+        `(performances, skipped)`: int32 arrays for the usable files, in
+        `paths` order, and `[(path, reason), ...]` for the others.
+
+    Raises:
+        ValueError: `paths` is not empty and no file is usable (names the folder).
+    """
+    music_events.check_pitch_range(min_pitch, max_pitch)
+    paths = [Path(path) for path in paths]
+    key = encoding_key(min_pitch, max_pitch)
+    bar = None
+    if progress and paths:
+        import keras
+
+        bar = keras.utils.Progbar(len(paths), unit_name="file")
+    performances, skipped = [], []
+    for index, path in enumerate(paths):
+        events, reason = _encode_file(path, cache_dir, min_pitch, max_pitch, key)
+        if reason is None and events.size == 0:
+            reason = f"no note in pitches {min_pitch}..{max_pitch}"
+        if reason is None:
+            performances.append(events)
+        else:
+            skipped.append((path, reason))
+        if bar is not None:
+            bar.update(index + 1)
+    if skipped:
+        named = "; ".join(f"{path} ({reason})" for path, reason in skipped)
+        logger.warning("Skipped %d of %d MIDI files: %s", len(skipped), len(paths), named)
+    if paths and not performances:
+        folder = os.path.commonpath([str(path.parent) for path in paths])
+        raise ValueError(f"No usable MIDI file in {folder!r}: all {len(paths)} were skipped ({named})")
+    return performances, skipped
+
+
+def load_performances(
+    midi_dir=None,
+    *,
+    data_dir=None,
+    cache_dir=None,
+    min_pitch=music_events.MIN_PITCH,
+    max_pitch=music_events.MAX_PITCH,
+    progress=True,
+):
+    """Finds, splits and encodes a folder of MIDI files (default: the embedded MAESTRO sample).
+
+    Args:
+        midi_dir: a folder searched recursively (see `find_midi_files`), or
+            `None` for `default_midi_dir(data_dir)`.
+        data_dir: where the default data and the encoding cache live;
+            default `default_data_dir()`.
+        cache_dir: encoding cache; default `<data_dir>/encoded`.
+
+    Returns:
+        `{"train": [int32 arrays], "validation": [...], "test": [...]}`.
+
+    Raises:
+        ValueError: no MIDI file, or no usable one, under the folder; the
+            training split is empty.
+    """
+    data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    midi_dir = default_midi_dir(data_dir) if midi_dir is None else Path(midi_dir)
+    cache_dir = data_dir / "encoded" if cache_dir is None else cache_dir
+    splits = find_midi_files(midi_dir)
+    every_path = [path for split in SPLITS for path in splits[split]]
+    performances, skipped = encode_performances(
+        every_path, cache_dir, min_pitch=min_pitch, max_pitch=max_pitch, progress=progress
+    )
+    usable = iter(performances)
+    skipped_paths = {path for path, _ in skipped}
+    result = {split: [next(usable) for path in splits[split] if path not in skipped_paths] for split in SPLITS}
+    if not result["train"]:
+        raise ValueError(f"No usable MIDI file for training under {str(midi_dir)!r}")
+    return result
