@@ -21,3 +21,20 @@ def pytest_runtest_setup(item):
     if marker is not None and keras.backend.backend() not in marker.args:
         reason = marker.kwargs.get("reason", "")
         pytest.skip(f"runs on {', '.join(marker.args)} only{': ' + reason if reason else ''}")
+
+
+@pytest.fixture(scope="session")
+def serving_exports(tmp_path_factory):
+    """Exported small models of every family, made once per test session on
+    first use: `{"music": (model, path), "translation": (model, path,
+    tokenizer bytes), "images": (model, path)}`."""
+    from tests.export import exported_models
+
+    base = tmp_path_factory.mktemp("serving_exports")
+
+    class Exports(dict):
+        def __missing__(self, family):
+            self[family] = getattr(exported_models, f"exported_{family}")(base)
+            return self[family]
+
+    return Exports()

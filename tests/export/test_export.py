@@ -1,7 +1,6 @@
 """`export_for_serving`: each family's signatures equal in-process generation
 row by row, reject bad requests by name, and keep TF Serving's contract."""
 
-import io
 import os
 import subprocess
 import sys
@@ -15,30 +14,16 @@ tf = pytest.importorskip("tensorflow")
 
 from keras_selfattn.export import ServingContractError, check_serving_contract, export_for_serving  # noqa: E402
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
+from tests.export.exported_models import source_tokens  # noqa: E402
 from tests.generation.generation_models import (  # noqa: E402
     IMAGE_SHAPE,
     LOW_SHAPE,
-    SMALL,
     image_model,
     music_model,
-    sharpen,
     super_resolution_model,
 )
 
 RNG = np.random.default_rng(5)
-SENTENCES = ["ich habe hunger", "das ist gut", "wir gehen nach hause", "i am hungry", "that is good"]
-
-
-def sentencepiece_model(vocab_size=24):
-    """A small SentencePiece model with the ids the export expects: pad 0, EOS 1."""
-    import sentencepiece
-
-    model = io.BytesIO()
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(SENTENCES * 20), model_writer=model, vocab_size=vocab_size,
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2,
-    )
-    return model.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +32,14 @@ def export_base(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def music(export_base):
-    model = sharpen(music_model("relative_global"), factor=2.0)
-    path = export_for_serving(model, export_base, name="music", max_length=16)
+def music(serving_exports):
+    model, path = serving_exports["music"]
     return model, tf.saved_model.load(path), path
 
 
 @pytest.fixture(scope="module")
-def translation(export_base):
-    from keras_selfattn.models import transformer_translation
-
-    tokenizer = sentencepiece_model()
-    model = transformer_translation(24, 24, preset="tiny", position="shaw", **SMALL)
-    bias = model.get_layer("logits").bias
-    bias.assign(bias.numpy() - 3.0 * (np.arange(24) == 1))  # translations longer than EOS alone
-    path = export_for_serving(model, export_base, name="translation", tokenizer=tokenizer, beam_size=3, max_length=8)
+def translation(serving_exports):
+    model, path, tokenizer = serving_exports["translation"]
     return model, tf.saved_model.load(path), path, tokenizer
 
 
@@ -138,9 +116,7 @@ def test_translate_is_string_in_string_out_as_in_process(translation):
     texts = ["ich habe hunger", "das ist gut"]
     outputs = _call(loaded, "translate", text=np.array(texts, object))
     assert outputs["tokens"].shape == (2, 8) and outputs["score"].shape == (2,)
-    source = [processor.encode(text) + [1] for text in texts]
-    width = max(map(len, source))
-    source = np.array([row + [0] * (width - len(row)) for row in source], "int32")
+    source = source_tokens(tokenizer, texts)
     tokens, scores = translate_tokens(model, source, 8, beam_size=3, alpha=0.6, return_scores=True)
     np.testing.assert_array_equal(outputs["tokens"], np.asarray(tokens))
     np.testing.assert_allclose(outputs["score"], np.asarray(scores), rtol=1e-5)
@@ -177,9 +153,9 @@ def test_the_sentencepiece_model_is_inside_the_saved_model(translation, tmp_path
     assert "(1,)" in result.stdout
 
 
-def test_image_signatures_equal_sample_images(export_base):
-    model = sharpen(image_model("local_2d", num_classes=3), factor=2.0)
-    loaded = tf.saved_model.load(export_for_serving(model, export_base, name="images"))
+def test_image_signatures_equal_sample_images(serving_exports):
+    model, path = serving_exports["images"]
+    loaded = tf.saved_model.load(path)
     assert sorted(loaded.signatures) == ["complete", "sample", "serving_default"]
     pixels = _call(loaded, "sample", seed=np.array([3, 4], "int32"), temperature=np.array([1.0, 0.0], "float32"),
                    class_label=np.array([1, 2], "int32"))["pixels"]
