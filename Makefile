@@ -15,7 +15,7 @@ $(VENV)/.installed: setup.py
 	touch $@
 
 demo: install
-	$(PYTHON) recipes/demo.py --output_dir runs/demo
+	$(PYTHON) recipes/music.py --model_dir runs/demo --export_dir runs/demo/export --preset tiny --attention relative_global --sequence_length 256 --batch_size 16 --epochs 8 --steps_per_epoch 125
 
 # The whole suite (docstring examples included) on TensorFlow, then the backend-neutral
 # ops, layers, models and generation on JAX, and the ops and layers on PyTorch.

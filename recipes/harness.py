@@ -76,8 +76,8 @@ def parent_parser():
     group.add_argument(
         "--data_dir",
         default=None,
-        help="cache folder for downloaded and encoded data "
-        "(default: ~/.cache/keras_selfattn, or $KERAS_SELFATTN_DATA)",
+        help="cache root for downloaded and encoded data, one sub-folder per recipe "
+        "(default: $KERAS_SELFATTN_DATA, else ~/.cache/keras_selfattn)",
     )
     group.add_argument(
         "--strategy",
@@ -398,13 +398,8 @@ class Run:
         """
         if not self.args.export_dir:
             return None
-        try:
-            from keras_selfattn.export import export_for_serving
-        except ModuleNotFoundError as error:
-            if error.name not in ("keras_selfattn.export", "keras_selfattn"):
-                raise
-            self.log("export skipped: keras_selfattn.export is not in this checkout yet")
-            return None
+        from keras_selfattn.export import export_for_serving
+
         base = Path(self.args.export_dir) if self.chief else self.model_dir / "export"
         self.log(f"exporting a SavedModel for serving under {base} ...")
         path = export_for_serving(model, str(base), name=name, **kwargs)
@@ -412,7 +407,9 @@ class Run:
         return self.wrote("SavedModel for TensorFlow Serving", path)
 
     def write_report(self, report, name="report.json"):
-        """Writes `report` (plus the flags and run facts) as indented JSON."""
+        """Writes `report` as indented JSON, with the run's facts (strategy,
+        dtype policy, the epoch it resumed from, seconds, flags) and every
+        output written so far; returns that whole report."""
         report = {
             "recipe": self.recipe,
             **report,
@@ -426,8 +423,10 @@ class Run:
             },
         }
         path = self.path(name)
+        self.wrote("report", path)
+        report["outputs"] = {label: written for label, written in self.outputs}
         path.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
-        return self.wrote("report", path)
+        return report
 
     def finish(self):
         """Prints every output path; removes a non-chief worker's temporary folder."""

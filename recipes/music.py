@@ -1,0 +1,422 @@
+"""Music Transformer on piano performances: train, evaluate at 1x and 2x the
+training length, continue a held-out piece, export for serving.
+
+Data: every .mid/.midi file under `--midi_dir` (MAESTRO's csv split honoured
+when present), or by default the 10 MAESTRO performances shipped in the
+miditok 3.1.0 source distribution, fetched with `pip download` into
+`--data_dir`. Performances become note-seq performance events (note-on,
+note-off, 10 ms time shifts, 32 velocity bins), cached on disk.
+
+The run prints and writes to `--model_dir`: the held-out NLL per event at the
+training length and at twice it (non-overlapping chunks), `continuation.mid`
+(the first `--primer_events` of a held-out performance, then
+`--generate_events` sampled events), `piano_roll.png` (primer and
+continuation in two colours), `attention.png` (each head's attention of the
+last generated events back over the sequence), the trained `.keras` model,
+`report.json` (with sanity numbers of the continuation: notes per second,
+pitch range, longest note against the piece's length), checkpoints,
+TensorBoard logs, and with `--export_dir` a SavedModel for TF Serving.
+
+    python recipes/music.py --model_dir runs/music --preset tiny --epochs 5
+    python recipes/music.py --model_dir runs/maestro --midi_dir ~/maestro-v3.0.0 \\
+        --preset maestro --sequence_length 2048 --mixed_precision --strategy mirrored
+"""
+
+import argparse
+import math
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402  (sets up the environment before Keras is imported)
+
+# note-seq imports pydub, which warns that it has no ffmpeg; MIDI needs none.
+warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import plots  # noqa: E402
+from keras_selfattn.models import (  # noqa: E402
+    MaskedSparseCategoricalCrossentropy,
+    NegativeLogLikelihoodPerToken,
+    music_transformer,
+)
+from keras_selfattn.models.decoding import embed_tokens, layers_by_name, numbered_layers  # noqa: E402
+from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
+
+MODEL_NAME = "music_transformer"
+ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[harness.parent_parser()],
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--midi_dir",
+        default=None,
+        help="folder of .mid/.midi files, searched recursively; a maestro-v3.0.0.csv (or v2) "
+        "in it gives the train/validation/test split (default: the 10 MAESTRO performances "
+        "from the miditok 3.1.0 sdist, fetched into --data_dir)",
+    )
+    data.add_argument(
+        "--sequence_length",
+        type=harness.positive_int,
+        default=256,
+        help="events per training crop (the paper: 2048); evaluation also runs at twice it",
+    )
+    data.add_argument(
+        "--augmentations",
+        type=harness.non_negative_int,
+        default=4,
+        help="augmented copies of each training performance (random transposition by -3..3 "
+        "semitones and time stretch by 0.95..1.05, note-seq), computed once and cached; 0: none",
+    )
+    data.add_argument(
+        "--eval_chunks",
+        type=harness.non_negative_int,
+        default=0,
+        help="evaluate on at most this many held-out chunks per length (spread over the "
+        "held-out set); 0 means all",
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--attention",
+        default="relative_global",
+        choices=ATTENTIONS,
+        help="relative_global: the Music Transformer's relative attention (skew) over the "
+        "whole sequence; relative_local: relative attention in local blocks; absolute: a "
+        "plain Transformer with the sinusoidal position signal only",
+    )
+    model.add_argument(
+        "--preset",
+        default="tiny",
+        choices=sorted(MUSIC_PRESETS),
+        help="model size: tiny (2 layers, width 64; CPU minutes) or maestro (Magenta's "
+        "MAESTRO configuration: 8 layers, width 384, 8 heads)",
+    )
+    harness.add_training_flags(parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
+    generation = parser.add_argument_group("continuation")
+    generation.add_argument(
+        "--primer_events",
+        type=harness.positive_int,
+        default=256,
+        help="events of a held-out performance given as the primer",
+    )
+    generation.add_argument(
+        "--generate_events",
+        type=harness.positive_int,
+        default=512,
+        help="events the model adds after the primer",
+    )
+    harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=0.95)
+    return parser
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
+
+
+# ------------------------------------------------------------------- data
+
+
+def load_performances(args, run, music_data):
+    """Encoded event arrays of the training and held-out performances (the
+    test split, else the validation split: whole pieces never trained on)."""
+    data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
+    if args.midi_dir:
+        midi_dir = Path(args.midi_dir)
+    else:
+        run.log(f"embedded MAESTRO default (10 performances from the miditok 3.1.0 sdist) in {data_dir}")
+        midi_dir = music_data.default_midi_dir(data_dir)
+    try:
+        splits = music_data.find_midi_files(midi_dir)
+    except ValueError as error:
+        raise harness.UsageError(f"--midi_dir: {error}") from None
+    held_out_split = "test" if splits["test"] else "validation"
+    run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
+    if not splits["train"] or not splits[held_out_split]:
+        raise harness.UsageError(
+            f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
+            f"(test or validation) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
+        )
+    encoded = {}
+    for split in ("train", held_out_split):
+        run.log(f"encoding the {split} performances (cached in {data_dir / 'encoded'}) ...")
+        try:
+            performances, skipped = music_data.encode_performances(splits[split], data_dir / "encoded")
+        except ValueError as error:
+            raise harness.UsageError(f"--midi_dir: {error}") from None
+        for path, reason in skipped:
+            run.log(f"skipped {path}: {reason}")
+        encoded[split] = performances
+        events = sum(len(p) for p in performances)
+        run.log(f"{split}: {len(performances)} performances, {events:,} events, {len(skipped)} skipped")
+    return encoded["train"], encoded[held_out_split], data_dir
+
+
+def held_out_chunks(music_data, performances, length, limit):
+    """Non-overlapping held-out chunks of `length + 1` events (inputs and
+    next-event targets of `length`), at most `limit` (0 = all), evenly spread."""
+    chunks = music_data.evaluation_chunks(performances, length + 1)
+    if limit and len(chunks) > limit:
+        chunks = chunks[np.linspace(0, len(chunks) - 1, limit).round().astype(int)]
+    return chunks
+
+
+# ------------------------------------------------------------------ model
+
+
+def build_model(args, vocab_size, pad_id):
+    """The compiled model: Adam, cross-entropy and NLL per event that skip padding."""
+    model = music_transformer(vocab_size, preset=args.preset, attention=args.attention)
+    model.compile(
+        optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
+        loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
+        metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
+    )
+    return model
+
+
+def nll_per_event(model, chunks, batch_size):
+    """Mean NLL (nats) per predicted event over `chunks [n, length + 1]`."""
+    results = model.evaluate(
+        chunks[:, :-1], chunks[:, 1:], batch_size=batch_size, verbose=0, return_dict=True
+    )
+    return float(results["nll_per_event"])
+
+
+def evaluate(args, run, model, music_data, held_out):
+    """NLL per event on held-out chunks at 1x and 2x the training length."""
+    report = {}
+    for factor in (1, 2):
+        length = factor * args.sequence_length
+        chunks = held_out_chunks(music_data, held_out, length, args.eval_chunks)
+        if len(chunks) == 0:
+            run.log(f"no held-out chunk of {length + 1} events: NLL at {factor}x skipped")
+            continue
+        nll = nll_per_event(model, chunks, max(1, args.batch_size // factor))
+        report[f"{factor}x"] = {
+            "length": length,
+            "chunks": int(len(chunks)),
+            "nll_per_event": nll,
+            "perplexity": math.exp(nll),
+        }
+        run.log(
+            f"held-out NLL per event at {factor}x the training length ({length} events, "
+            f"{len(chunks)} chunks): {nll:.4f} nats (perplexity {math.exp(nll):.1f})"
+        )
+    return report
+
+
+# ---------------------------------------------------------- continuation
+
+
+def continue_primer(args, run, model, music_data, held_out):
+    """Primes with the start of the longest held-out performance and samples."""
+    from keras_selfattn.generation import continue_sequence
+
+    source = max(held_out, key=len)
+    primer = np.asarray(source[: args.primer_events], dtype="int32")[None]
+    run.log(
+        f"continuing a {primer.shape[1]}-event held-out primer with {args.generate_events} "
+        f"events (temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}) ..."
+    )
+    tokens = continue_sequence(
+        model, primer, args.generate_events, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+    )
+    return primer[0], keras.ops.convert_to_numpy(tokens)[0]
+
+
+def notes_of(music_data, events):
+    """`[(start, end, pitch, velocity)]` of an event sequence, by onset."""
+    sequence = music_data.events_to_note_sequence(np.asarray(events, dtype="int32"))
+    return sorted((n.start_time, n.end_time, n.pitch, n.velocity) for n in sequence.notes)
+
+
+def events_seconds(music_data, events):
+    """Length in seconds of an event sequence: the sum of its time shifts."""
+    first, last = music_data.event_id_ranges()["time_shift"]
+    events = np.asarray(events)
+    shifts = events[(events >= first) & (events <= last)] - first + 1
+    return float(shifts.sum()) / music_data.STEPS_PER_SECOND
+
+
+def split_notes(music_data, primer, tokens):
+    """The notes of `tokens`: those begun in the primer, those begun after it.
+
+    A primer note is matched by its onset and pitch (decoding the primer
+    alone gives the same onsets; only its offsets may differ).
+    """
+    primer_onsets = Counter((round(start, 6), pitch) for start, _, pitch, _ in notes_of(music_data, primer))
+    begun_in_primer, continuation = [], []
+    for note in notes_of(music_data, tokens):
+        key = (round(note[0], 6), note[2])
+        if primer_onsets[key]:
+            primer_onsets[key] -= 1
+            begun_in_primer.append(note)
+        else:
+            continuation.append(note)
+    return begun_in_primer, continuation
+
+
+def sanity(notes, piece_seconds):
+    """Listen-free checks of generated notes."""
+    if not notes:
+        return {"notes": 0, "seconds": piece_seconds}
+    start = min(n[0] for n in notes)
+    end = max(n[1] for n in notes)
+    seconds = max(end - start, 1e-6)
+    pitches = [n[2] for n in notes]
+    longest = max(n[1] - n[0] for n in notes)
+    return {
+        "notes": len(notes),
+        "seconds": seconds,
+        "notes_per_second": len(notes) / seconds,
+        "pitch_range": [min(pitches), max(pitches)],
+        "longest_note_seconds": longest,
+        "piece_seconds": piece_seconds,
+        "longest_note_over_piece": longest / max(piece_seconds, 1e-6),
+    }
+
+
+def attention_weights(model, tokens, block_index=-1):
+    """`[heads, length, length]` self-attention weights of one decoder block
+    for `tokens [length]`, from a forward pass of the model's own layers.
+
+    The attention layer is called as a one-shot prefill of a zero cache
+    (`cache_update_index=0`): every attention variant returns its weights
+    that way (a full pass of `LocalRelativeAttention1D` cannot), and the
+    output equals the full causal pass.
+    """
+    layers = layers_by_name(model)
+    blocks = numbered_layers(layers, "decoder_block_")
+    target = block_index % len(blocks)
+    tokens = keras.ops.convert_to_tensor(np.asarray(tokens, dtype="int32")[None])
+    x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"))
+    for index, block in enumerate(blocks):
+        if index < target:
+            x = block(x)
+            continue
+        attention = block.self_attention
+        # Pre-norm blocks normalise the input of their attention.
+        h = block._self_attention_norm(x) if block.norm_first else x
+        cache = keras.ops.zeros(
+            (1, 2, tokens.shape[1], attention.num_heads, attention.key_dim), dtype=block.compute_dtype
+        )
+        _, scores, _ = attention(
+            h, cache=cache, cache_update_index=0, use_causal_mask=True, return_attention_scores=True
+        )
+        return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
+
+
+def write_continuation(args, run, model, music_data, held_out):
+    primer, tokens = continue_primer(args, run, model, music_data, held_out)
+    midi_path = run.path("continuation.mid")
+    music_data.events_to_midi(tokens, str(midi_path))
+    run.wrote("continuation MIDI (primer + continuation)", midi_path)
+    primer_notes, new_notes = split_notes(music_data, primer, tokens)
+    primer_seconds = events_seconds(music_data, primer)
+    piece_seconds = events_seconds(music_data, tokens)
+    roll = plots.piano_roll(
+        run.path("piano_roll.png"), primer_notes, new_notes, boundary_seconds=primer_seconds,
+        title=f"{args.attention} Music Transformer: held-out primer (blue), continuation (orange)",
+    )
+    run.wrote("piano roll", roll)
+
+    weights = attention_weights(model, tokens)
+    queries = np.arange(len(tokens) - min(ATTENTION_QUERIES, args.generate_events), len(tokens))
+    figure = plots.attention_heads(
+        run.path("attention.png"), weights[:, queries, :], queries, boundary=len(primer),
+        title=f"last block's attention of the last {len(queries)} generated events "
+        "(dashed: end of the primer)",
+    )
+    run.wrote("attention weights", figure)
+    checks = sanity(new_notes, piece_seconds)
+    run.log(
+        f"continuation: {checks['notes']} new notes over {checks['seconds']:.1f} s"
+        + (
+            f", {checks['notes_per_second']:.1f} notes/s, pitches "
+            f"{checks['pitch_range'][0]}..{checks['pitch_range'][1]}, longest note "
+            f"{checks['longest_note_seconds']:.2f} s of a {piece_seconds:.1f} s piece"
+            if checks["notes"] else ""
+        )
+    )
+    return {
+        "primer_events": int(len(primer)),
+        "generated_events": int(len(tokens) - len(primer)),
+        "primer_seconds": primer_seconds,
+        "primer_notes": len(primer_notes),
+        "sanity": checks,
+    }
+
+
+# ------------------------------------------------------------------- main
+
+
+def main(argv=None, callbacks=()):
+    """Runs the recipe; returns the report dict.
+
+    `callbacks` are extra Keras callbacks for `fit` (after the harness's own).
+    """
+    args = parse_args(argv)
+    run = harness.start(args, recipe="music")
+    from keras_selfattn.data import music as music_data
+
+    train, held_out, data_dir = load_performances(args, run, music_data)
+    if args.augmentations:
+        run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
+    dataset = music_data.training_dataset(
+        train, args.sequence_length, args.batch_size, seed=args.seed,
+        augment=args.augmentations, cache_dir=data_dir / "encoded",
+    )
+    validation = held_out_chunks(music_data, held_out, args.sequence_length, 16)
+    with run.strategy.scope():
+        model = build_model(args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID)
+    run.log(
+        f"{MODEL_NAME} ({args.preset}, {args.attention}): {model.count_params():,} parameters; "
+        f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} x "
+        f"{args.sequence_length} events"
+    )
+    history = run.fit(
+        model,
+        dataset,
+        validation_data=(validation[:, :-1], validation[:, 1:]) if len(validation) else None,
+        callbacks=callbacks,
+    )
+    run.save_model(model, MODEL_NAME)
+    run.log("evaluating on the held-out performances ...")
+    report = {
+        "model": {
+            "name": MODEL_NAME,
+            "preset": args.preset,
+            "attention": args.attention,
+            "parameters": model.count_params(),
+        },
+        "data": {
+            "train_performances": len(train),
+            "train_events": int(sum(len(p) for p in train)),
+            "held_out_performances": len(held_out),
+            "held_out_events": int(sum(len(p) for p in held_out)),
+        },
+        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
+        "held_out_nll_per_event": evaluate(args, run, model, music_data, held_out),
+        "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
+    }
+    report["continuation"] = write_continuation(args, run, model, music_data, held_out)
+    run.export(model, MODEL_NAME)
+    report = run.write_report(report)
+    run.finish()
+    return report
+
+
+if __name__ == "__main__":
+    harness.run_cli(main)

@@ -1,0 +1,236 @@
+"""recipes/music.py end to end on a small folder of MIDI files made here:
+every output, the held-out NLL against a plain numpy computation, the
+continuation's notes, and resumption after an interrupted run."""
+
+import contextlib
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
+
+pretty_midi = pytest.importorskip("pretty_midi")
+
+import music  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.backends("tensorflow", reason="tf.data pipeline, tf.distribute and SavedModel"),
+]
+
+SEQUENCE_LENGTH = 32
+TINY = [
+    "--sequence_length", str(SEQUENCE_LENGTH), "--batch_size", "4", "--epochs", "2",
+    "--steps_per_epoch", "3", "--augmentations", "1", "--verbose", "0", "--seed", "3",
+]
+FILES = {"a.mid": "train", "b.mid": "train", "c.mid": "train", "d.mid": "test", "e.mid": "validation"}
+
+
+def _performance(path, root, seconds=14.0):
+    """A piano performance: arpeggios over `root` with a sustained bass,
+    changing velocities and a sustain pedal."""
+    rng = np.random.default_rng(root)
+    midi = pretty_midi.PrettyMIDI()
+    piano = pretty_midi.Instrument(program=0)
+    time, step = 0.0, 0.0
+    while time < seconds:
+        for offset in (0, 4, 7, 12, 7, 4):
+            velocity = int(rng.integers(40, 110))
+            piano.notes.append(pretty_midi.Note(velocity, root + offset, time, time + 0.22))
+            time += 0.25
+        piano.notes.append(pretty_midi.Note(60, root - 12, step, time))
+        piano.control_changes += [
+            pretty_midi.ControlChange(64, 100, step), pretty_midi.ControlChange(64, 0, time - 0.1)
+        ]
+        step, root = time, root + int(rng.choice([-5, 2, 5, 7]) if root < 70 else -7)
+    midi.instruments.append(piano)
+    midi.write(str(path))
+
+
+@pytest.fixture(scope="module")
+def midi_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("midi")
+    for index, name in enumerate(FILES):
+        _performance(folder / name, root=52 + 3 * index)
+    (folder / "broken.mid").write_bytes(b"MThd this is not a MIDI file")
+    rows = [f"Composer,Piece {name},{split},2018,{name},{name}.wav,14.0" for name, split in FILES.items()]
+    rows.append("Composer,Broken,train,2018,broken.mid,broken.wav,1.0")
+    header = "canonical_composer,canonical_title,split,year,midi_filename,audio_filename,duration"
+    (folder / "maestro-v3.0.0.csv").write_text("\n".join([header] + rows) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def _main(argv, callbacks=()):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = music.main(argv, callbacks=callbacks)
+    return report, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def short_run(midi_dir, data_dir, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("run")
+    argv = [
+        "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(model_dir),
+        "--export_dir", str(model_dir / "export"), "--primer_events", "40",
+        "--generate_events", "48", *TINY,
+    ]
+    report, printed = _main(argv)
+    return model_dir, report, printed
+
+
+def test_help_explains_every_flag():
+    parser = music.build_parser()
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"
+    text = parser.format_help()
+    for flag in (
+        "--midi_dir", "--attention", "--preset", "--sequence_length", "--epochs", "--steps_per_epoch",
+        "--batch_size", "--learning_rate", "--seed", "--generate_events", "--primer_events",
+        "--temperature", "--top_k", "--top_p", "--strategy", "--mixed_precision", "--model_dir",
+        "--export_dir",
+    ):
+        assert flag in text
+
+
+def test_short_run_writes_every_output_and_lists_it(short_run):
+    model_dir, report, printed = short_run
+    for name in (
+        "music_transformer.keras", "checkpoints/latest.keras", "continuation.mid", "piano_roll.png",
+        "attention.png", "report.json",
+    ):
+        assert (model_dir / name).is_file(), name
+    assert list((model_dir / "logs").rglob("events.out.tfevents.*"))
+    assert not (model_dir / "backup").exists()
+    assert json.loads((model_dir / "report.json").read_text())["held_out_nll_per_event"] == report[
+        "held_out_nll_per_event"
+    ]
+    listing = printed[printed.index("written:"):].splitlines()[1:]
+    assert len(listing) == len(report["outputs"]) >= 7
+    for line in listing:
+        assert Path(line.split()[-1]).exists(), line
+    assert "broken.mid" in printed, "the unreadable file is not named in the log"
+
+
+def test_pictures_are_png_images(short_run):
+    import matplotlib.image
+
+    model_dir, _, _ = short_run
+    roll = matplotlib.image.imread(model_dir / "piano_roll.png")
+    attention = matplotlib.image.imread(model_dir / "attention.png")
+    assert roll.shape[0] > 100 and roll.shape[1] > 400
+    # One panel per head of the tiny preset's 4 heads: a tall figure.
+    assert attention.shape[0] > 500 and roll.std() > 0 and attention.std() > 0
+
+
+def test_held_out_nll_at_one_and_two_training_lengths_match_numpy(short_run, midi_dir):
+    from keras_selfattn.data import music as music_data
+
+    model_dir, report, _ = short_run
+    nll = report["held_out_nll_per_event"]
+    assert (nll["1x"]["length"], nll["2x"]["length"]) == (SEQUENCE_LENGTH, 2 * SEQUENCE_LENGTH)
+    assert report["data"]["held_out_performances"] == 1  # the csv's test file
+    model = keras.models.load_model(model_dir / "music_transformer.keras")
+    held_out = [music_data.midi_to_events(midi_dir / "d.mid")]
+    for factor in ("1x", "2x"):
+        length = nll[factor]["length"]
+        chunks = np.concatenate([p[: len(p) // (length + 1) * (length + 1)].reshape(-1, length + 1) for p in held_out])
+        assert nll[factor]["chunks"] == len(chunks) > 0
+        logits = keras.ops.convert_to_numpy(model(chunks[:, :-1])).astype("float64")
+        shifted = logits - logits.max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        expected = -np.take_along_axis(log_probs, chunks[:, 1:, None], axis=-1).mean()
+        np.testing.assert_allclose(nll[factor]["nll_per_event"], expected, rtol=1e-4)
+        assert math.isclose(nll[factor]["perplexity"], math.exp(expected), rel_tol=1e-3)
+    # Two epochs of a few steps already move the model off the uniform guess.
+    assert nll["1x"]["nll_per_event"] < report["uniform_nll_per_event"]
+
+
+def test_continuation_midi_notes_pass_sanity_checks(short_run):
+    model_dir, report, _ = short_run
+    continuation = report["continuation"]
+    assert continuation["primer_events"] == 40 and continuation["generated_events"] == 48
+    midi = pretty_midi.PrettyMIDI(str(model_dir / "continuation.mid"))
+    notes = [note for instrument in midi.instruments for note in instrument.notes]
+    sanity = continuation["sanity"]
+    assert len(notes) == continuation["primer_notes"] + sanity["notes"]
+    assert continuation["primer_notes"] > 0
+    end = midi.get_end_time()
+    for note in notes:
+        assert 21 <= note.pitch <= 108
+        assert 0 <= note.start < note.end <= end + 1e-6
+        assert 1 <= note.velocity <= 127
+    if sanity["notes"]:
+        low, high = sanity["pitch_range"]
+        assert 21 <= low <= high <= 108
+        assert 0 < sanity["notes_per_second"] < 200
+        assert sanity["longest_note_seconds"] <= sanity["piece_seconds"] + 1e-6
+    assert abs(sanity["piece_seconds"] - end) < 1.0
+
+
+def test_saved_model_serves_the_trained_model(short_run):
+    import tensorflow as tf
+
+    model_dir, report, _ = short_run
+    exported = report["outputs"].get("SavedModel for TensorFlow Serving")
+    assert exported is not None, "no SavedModel was exported"
+    assert Path(exported).parent == model_dir / "export" / "music_transformer"
+    served = tf.saved_model.load(exported)
+    assert {"serving_default", "generate"} <= set(served.signatures)
+    model = keras.models.load_model(model_dir / "music_transformer.keras")
+    tokens = np.array([[5, 180, 300, 60, 200, 148]], "int32")
+    logits = served.signatures["serving_default"](tokens=tf.constant(tokens))["logits"]
+    np.testing.assert_allclose(logits.numpy(), keras.ops.convert_to_numpy(model(tokens)), atol=1e-4)
+
+
+class _Interrupt(keras.callbacks.Callback):
+    """Fails like a crash at the end of the first epoch (after its backup)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights = [np.array(w) for w in self.model.get_weights()]
+        raise RuntimeError("killed after epoch 1")
+
+
+class _Start(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if not hasattr(self, "epoch"):
+            self.epoch, self.weights = epoch, [np.array(w) for w in self.model.get_weights()]
+
+
+def test_interrupted_run_resumes_from_its_backup(midi_dir, data_dir, tmp_path):
+    argv = [
+        "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
+        "--primer_events", "16", "--generate_events", "4", *TINY,
+    ]
+    interrupt = _Interrupt()
+    with pytest.raises(RuntimeError, match="killed after epoch 1"):
+        _main(argv, callbacks=[interrupt])
+    assert (tmp_path / "backup").is_dir()
+    assert not (tmp_path / "report.json").exists()
+
+    start = _Start()
+    report, printed = _main(argv, callbacks=[start])
+    assert "resumed from the backup" in printed
+    assert start.epoch == 1 and report["run"]["resumed_from_epoch"] == 1
+    assert len(report["training"]["loss"]) == 1  # only the second of two epochs ran
+    for restored, saved in zip(start.weights, interrupt.weights):
+        np.testing.assert_array_equal(restored, saved)
+    assert not (tmp_path / "backup").exists()
+
+
+def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
+    _performance(tmp_path / "only.mid", root=60, seconds=2.0)
+    argv = ["--midi_dir", str(tmp_path), "--data_dir", str(data_dir), "--model_dir", str(tmp_path / "m"), *TINY]
+    with pytest.raises(music.harness.UsageError, match="at least one training and one held-out"):
+        _main(argv)
