@@ -11,8 +11,9 @@ BEAM = ["tf-models-official==2.20.*"]
 JAX = ["jax"]
 # `keras_selfattn.data.music` and the music recipe: performance encodings, MIDI in and out.
 MUSIC = ["note-seq==0.0.5", "matplotlib"]
-# `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests for the client.
-SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*"]
+# `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests and images
+# for the client. The C API loader check also needs gcc.
+SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"]
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
 TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM + MUSIC + SERVING
 
@@ -27,6 +28,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["keras_selfattn", "keras_selfattn.*"]),
+    package_data={"keras_selfattn.export": ["c_api_loader.c"]},
     python_requires=">=3.10",
     install_requires=["tensorflow==2.20.*", "keras>=3.15,<4"],
     extras_require={

@@ -208,8 +208,9 @@ def translate_tokens(
     tokens = tokens[:, 1:]
     if not return_scores:
         return tokens
-    length = ops.cast(ops.sum(ops.cast(ops.not_equal(tokens, 0), "int32"), axis=1), "float32")
-    return tokens, log_probability / ((5.0 + length) / 6.0) ** alpha
+    is_eos = ops.equal(tokens, eos_id)
+    length = ops.where(ops.any(is_eos, axis=1), ops.argmax(is_eos, axis=1) + 1, max_length)
+    return tokens, log_probability / ((5.0 + ops.cast(length, "float32")) / 6.0) ** alpha
 
 
 def _int_tokens(name, tokens, static_length=True):
