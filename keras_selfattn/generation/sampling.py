@@ -160,7 +160,10 @@ def choose_tokens_by_row(logits, seeds, step, temperature, top_k, top_p):
         )
         return draw[0, 0]
 
-    drawn = ops.map(draw, (filtered, ops.cast(seeds, "int32")))
+    # A request of greedy rows only draws nothing.
+    drawn = ops.cond(
+        ops.any(sampled), lambda: ops.map(draw, (filtered, ops.cast(seeds, "int32"))), lambda: greedy
+    )
     return ops.where(sampled, drawn, greedy)
 
 
@@ -175,8 +178,13 @@ def choose_pixels_by_row(params, seeds, step, temperature):
         row_params, seed = row
         return sample_dmol(row_params[None], seed=_StepSeed(seed, step))[0]
 
-    drawn = ops.map(draw, (tempered, ops.cast(seeds, "int32")))
-    return ops.where(sampled[:, None], ops.cast(drawn, "int32"), dmol_mode(params))
+    mode = dmol_mode(params)
+    drawn = ops.cond(
+        ops.any(sampled),
+        lambda: ops.cast(ops.map(draw, (tempered, ops.cast(seeds, "int32"))), "int32"),
+        lambda: mode,
+    )
+    return ops.where(sampled[:, None], drawn, mode)
 
 
 def choose_pixels(params, seed, step, temperature):

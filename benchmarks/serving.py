@@ -1,0 +1,131 @@
+"""Serving benchmark: generation through TensorFlow's C API loader (the
+server's SavedModel loader, XLA off) against in-process
+`keras_selfattn.generation`, the same tokens from both.
+
+For music (`tiny` relative model, `generate`) and translation (`tiny` Shaw
+model, `translate` with beam search and in-graph SentencePiece), at batch 1
+and 8: the p50 and p99 latency of `--requests` sequential requests each way,
+their ratio, and a check that the tokens agree. Then the loader under load:
+8 concurrent clients x 50 `generate` requests, failures and p50/p99.
+
+    python benchmarks/serving.py             # the issue's sizes
+    python benchmarks/serving.py --quick     # fewer requests
+"""
+
+import argparse
+import io
+import tempfile
+import time
+
+from common import print_table  # noqa: E402  (sets the import path)
+
+import numpy as np
+import sentencepiece
+
+from keras_selfattn.export import export_for_serving
+from keras_selfattn.export.c_api_loader import CApiSavedModel
+from keras_selfattn.generation import continue_sequence, translate_tokens
+from keras_selfattn.models import music_transformer, transformer_translation
+
+MUSIC_VOCABULARY = 310
+SENTENCES = [
+    "ich habe hunger", "das ist gut", "wir gehen nach hause", "der hund schläft im garten",
+    "i am hungry", "that is good", "we go home", "the dog sleeps in the garden",
+]
+
+
+def percentiles(latencies):
+    return float(np.percentile(latencies, 50)), float(np.percentile(latencies, 99))
+
+
+def timed(function, requests):
+    """p50, p99 in ms of `requests` calls after one warm-up, and the last result."""
+    result = function()
+    latencies = []
+    for _ in range(requests):
+        start = time.perf_counter()
+        result = function()
+        latencies.append(1000 * (time.perf_counter() - start))
+    return percentiles(latencies), result
+
+
+def music_rows(args, base):
+    model = music_transformer(MUSIC_VOCABULARY, preset="tiny")
+    path = export_for_serving(model, base, name="music", max_length=args.primer + args.new_tokens)
+    rng = np.random.default_rng(0)
+    rows = []
+    with CApiSavedModel(path) as loaded:
+        for batch in (1, 8):
+            primer = rng.integers(2, MUSIC_VOCABULARY, (batch, args.primer)).astype("int32")
+            inputs = dict(
+                primer=primer, max_new_tokens=np.full(batch, args.new_tokens, "int32"),
+                temperature=np.zeros(batch, "float32"), top_k=np.zeros(batch, "int32"),
+                top_p=np.ones(batch, "float32"), seed=np.zeros(batch, "int32"),
+            )
+            served, tokens = timed(lambda: loaded.run("generate", inputs)["tokens"], args.requests)
+            local, expected = timed(
+                lambda: np.asarray(continue_sequence(model, primer, args.new_tokens, temperature=0.0)), args.requests
+            )
+            rows.append(_row("music generate", batch, served, local, np.array_equal(tokens, expected)))
+        load = loaded.load_test("generate", {k: v[:1] for k, v in inputs.items()}, clients=8, requests_per_client=50)
+    return rows, load
+
+
+def translation_rows(args, base):
+    tokenizer = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES * 50), model_writer=tokenizer, vocab_size=40,
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2,
+    )
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.getvalue())
+    model = transformer_translation(40, 40, preset="tiny", position="shaw")
+    path = export_for_serving(
+        model, base, name="translation", tokenizer=tokenizer.getvalue(), beam_size=4, max_length=args.new_tokens
+    )
+    rows = []
+    with CApiSavedModel(path) as loaded:
+        for batch in (1, 8):
+            texts = [SENTENCES[i % len(SENTENCES)] for i in range(batch)]
+            encoded = [processor.encode(text) + [1] for text in texts]
+            width = max(map(len, encoded))
+            source = np.array([row + [0] * (width - len(row)) for row in encoded], "int32")
+            inputs = {"text": np.array(texts, object)}
+            served, tokens = timed(lambda: loaded.run("translate", inputs)["tokens"], args.requests)
+            local, expected = timed(
+                lambda: np.asarray(translate_tokens(model, source, args.new_tokens, beam_size=4)), args.requests
+            )
+            rows.append(_row("translate (beam 4)", batch, served, local, np.array_equal(tokens, expected)))
+    return rows
+
+
+def _row(name, batch, served, local, same):
+    return [name, batch, served[0], served[1], local[0], local[1], served[0] / local[0], "yes" if same else "NO"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--primer", type=int, default=64, help="music primer length (events)")
+    parser.add_argument("--new_tokens", type=int, default=64, help="events generated; translation max_length")
+    parser.add_argument("--requests", type=int, default=20, help="timed requests per row")
+    parser.add_argument("--quick", action="store_true", help="5 requests a row")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests = 5
+    with tempfile.TemporaryDirectory() as base:
+        rows, load = music_rows(args, base)
+        rows += translation_rows(args, base)
+    print_table(
+        "Generation latency, C API loader (XLA off) vs in-process keras_selfattn.generation",
+        ["signature", "batch", "loader p50 ms", "loader p99 ms", "in-process p50 ms", "in-process p99 ms",
+         "p50 ratio", "same tokens"],
+        rows,
+    )
+    print_table(
+        "Loader under load: 8 concurrent clients x 50 `generate` requests (batch 1)",
+        ["requests", "failures", "p50 ms", "p99 ms"],
+        [[len(load["latencies_ms"]), load["failures"], load["p50_ms"], load["p99_ms"]]],
+    )
+
+
+if __name__ == "__main__":
+    main()
