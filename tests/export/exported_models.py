@@ -62,3 +62,11 @@ def source_tokens(tokenizer, texts):
     rows = [processor.encode(text) + [processor.eos_id()] for text in texts]
     width = max(map(len, rows))
     return np.array([row + [0] * (width - len(row)) for row in rows], "int32")
+
+
+def exported_super_resolution(export_base):
+    """`(model, path)` of a small super-resolution model."""
+    from tests.generation.generation_models import super_resolution_model
+
+    model = super_resolution_model()
+    return model, export_for_serving(model, export_base, name="super_resolution")

@@ -19,7 +19,7 @@ tf = pytest.importorskip("tensorflow")
 from keras_selfattn.export.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
 from tests.export.exported_models import source_tokens  # noqa: E402
-from tests.generation.generation_models import IMAGE_SHAPE  # noqa: E402
+from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serving"))
 import client  # noqa: E402
@@ -122,6 +122,71 @@ def test_image_signatures_through_the_c_api_equal_sample_images(images):
     np.testing.assert_array_equal(completed, np.asarray(expected))
     answer = loaded.rest(client.rest_body("complete", inputs, form="instances"))
     np.testing.assert_array_equal(client.parse_rest_response(answer, ["pixels"])["pixels"], completed)
+
+
+def _rows(*values, dtype):
+    return np.array(values, dtype)
+
+
+SIGNATURE_INPUTS = {
+    ("music", "serving_default"): dict(tokens=np.array([[3, 4, 5], [6, 7, 8]], "int32")),
+    ("music", "generate"): GENERATE,
+    ("translation", "serving_default"): dict(
+        source_tokens=np.array([[5, 6, 1], [7, 1, 0]], "int32"), target_tokens=np.array([[0, 4], [0, 9]], "int32")
+    ),
+    ("translation", "translate"): dict(text=np.array(TEXTS, object)),
+    ("images", "serving_default"): dict(
+        pixels=np.arange(2 * 48, dtype="int32").reshape((2,) + IMAGE_SHAPE), class_label=_rows(0, 2, dtype="int32")
+    ),
+    ("images", "sample"): dict(seed=_rows(1, 2, dtype="int32"), temperature=_rows(1.0, 0.0, dtype="float32"),
+                               class_label=_rows(0, 2, dtype="int32")),
+    ("images", "complete"): dict(pixels=np.full((2,) + IMAGE_SHAPE, 7, "uint8"), known_rows=_rows(1, 4, dtype="int32"),
+                                 seed=_rows(1, 2, dtype="int32"), temperature=_rows(1.0, 1.0, dtype="float32"),
+                                 class_label=_rows(0, 1, dtype="int32")),
+    ("super_resolution", "serving_default"): dict(
+        low_resolution=np.full((2,) + LOW_SHAPE, 9, "int32"), pixels=np.full((2,) + IMAGE_SHAPE, 3, "int32")
+    ),
+    ("super_resolution", "super_resolve"): dict(
+        low_resolution=np.arange(24, dtype="uint8").reshape((2,) + LOW_SHAPE), seed=_rows(1, 2, dtype="int32"),
+        temperature=_rows(0.0, 1.0, dtype="float32"),
+    ),
+}
+
+
+@pytest.mark.parametrize("family", ["music", "translation", "images", "super_resolution"])
+def test_every_signature_answers_alike_through_every_path(serving_exports, family):
+    """C API run == TensorFlow's Python loader (which tests/export checks
+    against the Keras model) == PredictRequest == REST rows == REST columns."""
+    path = serving_exports[family][1]
+    python_loaded = tf.saved_model.load(path)
+    with CApiSavedModel(path) as loaded:
+        assert sorted(loaded.signatures) == sorted(python_loaded.signatures)
+        for signature in loaded.signatures:
+            inputs = SIGNATURE_INPUTS[(family, signature)]
+            outputs = loaded.run(signature, inputs)
+            expected = python_loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+            assert sorted(outputs) == sorted(expected)
+            for key, value in expected.items():
+                _assert_same(outputs[key], value.numpy(), f"{family}/{signature}/{key}")
+            predicted = client.parse_predict_response(
+                loaded.predict(client.predict_request(family, signature, inputs))
+            )
+            names = sorted(outputs)
+            for form in ("instances", "inputs"):
+                answer = loaded.rest(client.rest_body(signature, inputs, form=form))
+                assert "error" not in answer, (signature, form, answer)
+                parsed = client.parse_rest_response(answer, names)
+                for key in names:
+                    _assert_same(predicted[key], outputs[key], f"{family}/{signature}/{key} predict")
+                    _assert_same(np.asarray(parsed[key]).astype(outputs[key].dtype), outputs[key],
+                                 f"{family}/{signature}/{key} REST {form}")
+
+
+def _assert_same(actual, expected, what):
+    if expected.dtype.kind in "fc":
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5, err_msg=what)
+    else:
+        assert actual.shape == expected.shape and (actual == expected).all(), what
 
 
 def _bad_requests():
