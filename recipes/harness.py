@@ -219,7 +219,8 @@ def _tpu_strategy(tpu):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        text = str(error).strip()
+        first_line = text.splitlines()[0][:120] if text else type(error).__name__
         raise UsageError(
             f"`--strategy tpu` found no TPU at --tpu={tpu!r} ({first_line}). Run on a Cloud "
             "TPU VM (--tpu local), pass the TPU's name or grpc:// address with --tpu, or "
@@ -347,7 +348,7 @@ class Run:
         backup = self.model_dir / "backup"
         if not self.chief:
             # Every worker restores; each keeps its own copy (same weights).
-            backup = Path(self.args.model_dir) / "backup" / _task_name(self.strategy)
+            backup = Path(self.args.model_dir) / f"backup_{_task_name(self.strategy)}"
         checkpoint = self.path("checkpoints", "latest.keras")
         logs = self.model_dir / "logs"
         self.wrote("checkpoint (each epoch)", checkpoint)
