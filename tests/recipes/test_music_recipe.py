@@ -262,3 +262,37 @@ def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
     argv = ["--midi_dir", str(tmp_path), "--data_dir", str(data_dir), "--model_dir", str(tmp_path / "m"), *TINY]
     with pytest.raises(music.harness.UsageError, match="at least one training and one held-out"):
         _main(argv)
+
+
+@pytest.mark.parametrize("attention", ["absolute", "relative_global", "relative_local"])
+def test_attention_weights_are_each_heads_causal_softmax(attention):
+    from keras_selfattn.models.decoding import embed_tokens, layers_by_name
+
+    model = music.music_transformer(40, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
+    tokens = np.random.default_rng(0).integers(2, 40, 20)
+    weights = music.attention_weights(model, tokens, block_index=0)
+    assert weights.shape == (4, 20, 20)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.all(np.triu(weights, 1) == 0), "a query attends to a later event"
+    layers = layers_by_name(model)
+    block = layers["decoder_block_0"]
+    x = embed_tokens(layers["target_embedding"], tokens[None], layers.get("target_position"))
+    h = keras.ops.convert_to_numpy(block._self_attention_norm(x))[0]
+    layer = block.self_attention
+    if attention == "relative_local":
+        # Each query sees its own block and the previous one (block_length 4).
+        for query in range(20):
+            first_visible = (query // 4 - 1) * 4
+            assert np.all(weights[:, query, : max(first_visible, 0)] == 0)
+        return
+    if attention == "relative_global":
+        _, expected = layer(h[None], use_causal_mask=True, return_attention_scores=True)
+        np.testing.assert_allclose(weights, keras.ops.convert_to_numpy(expected)[0], atol=1e-6)
+        return
+    # Plain attention, written out: softmax(q k^T / sqrt(d)) under the causal mask.
+    q = np.einsum("td,dhk->thk", h, layer.query_dense.kernel.numpy()) + layer.query_dense.bias.numpy()
+    k = np.einsum("td,dhk->thk", h, layer.key_dense.kernel.numpy()) + layer.key_dense.bias.numpy()
+    logits = np.einsum("qhk,thk->hqt", q, k) / np.sqrt(q.shape[-1])
+    logits = np.where(np.tril(np.ones((20, 20), bool)), logits, -np.inf)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(weights, expected / expected.sum(-1, keepdims=True), atol=1e-5)
