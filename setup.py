@@ -11,11 +11,13 @@ BEAM = ["tf-models-official==2.20.*"]
 JAX = ["jax"]
 # `keras_selfattn.data.music` and the music recipe: performance encodings, MIDI in and out.
 MUSIC = ["note-seq==0.0.5", "matplotlib"]
+# `keras_selfattn.data.text` and the translation recipe: SentencePiece, in-graph tokenization, BLEU.
+TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu"]
 # `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests and images
 # for the client. The C API loader check also needs gcc.
 SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"]
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
-TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM + MUSIC + SERVING
+TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM + MUSIC + TEXT + SERVING
 
 setup(
     name="keras-selfattn",
@@ -36,9 +38,10 @@ setup(
         "beam": BEAM,
         "jax": JAX,
         "music": MUSIC,
+        "text": TEXT,
         "serving": SERVING,
         "test": TEST,
-        "all": RECIPES + BEAM + JAX + MUSIC + SERVING + TEST,
+        "all": RECIPES + BEAM + JAX + MUSIC + TEXT + SERVING + TEST,
     },
     classifiers=[
         "Programming Language :: Python :: 3",
