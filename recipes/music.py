@@ -48,6 +48,7 @@ from keras_selfattn.models.decoding import embed_tokens, layers_by_name, numbere
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
 
 MODEL_NAME = "music_transformer"
+SERVING_NAME = "music"  # the model's name in serving/models.config
 ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
 
 
@@ -101,6 +102,22 @@ def build_parser():
         choices=sorted(MUSIC_PRESETS),
         help="model size: tiny (2 layers, width 64; CPU minutes) or maestro (Magenta's "
         "MAESTRO configuration: 8 layers, width 384, 8 heads)",
+    )
+    model.add_argument(
+        "--timing_signal",
+        choices=("preset", "on", "off"),
+        default="preset",
+        help="add the absolute sinusoidal timing signal to the embeddings (the presets keep it, "
+        "as Magenta did; `off` leaves relative attention as the only position information, "
+        "which is what lets a model run past its training length); `absolute` attention "
+        "always has it",
+    )
+    model.add_argument(
+        "--max_relative_position",
+        type=int,
+        default=None,
+        help="relative attention's farthest distance (default: the preset's; relative_local: at "
+        "most 2 x its block length)",
     )
     harness.add_training_flags(parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
     generation = parser.add_argument_group("continuation")
@@ -176,7 +193,15 @@ def held_out_chunks(music_data, performances, length, limit):
 
 def build_model(args, vocab_size, pad_id):
     """The compiled model: Adam, cross-entropy and NLL per event that skip padding."""
-    model = music_transformer(vocab_size, preset=args.preset, attention=args.attention)
+    overrides = {}
+    if args.timing_signal != "preset":
+        overrides["timing_signal"] = args.timing_signal == "on"
+    if args.max_relative_position is not None:
+        overrides["max_relative_position"] = args.max_relative_position
+    try:
+        model = music_transformer(vocab_size, preset=args.preset, attention=args.attention, **overrides)
+    except ValueError as error:
+        raise harness.UsageError(f"--attention / --max_relative_position: {error}") from None
     model.compile(
         optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
@@ -399,6 +424,8 @@ def main(argv=None, callbacks=()):
             "name": MODEL_NAME,
             "preset": args.preset,
             "attention": args.attention,
+            "timing_signal": args.timing_signal,
+            "max_relative_position": args.max_relative_position,
             "parameters": model.count_params(),
         },
         "data": {
@@ -412,7 +439,7 @@ def main(argv=None, callbacks=()):
         "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
     }
     report["continuation"] = write_continuation(args, run, model, music_data, held_out)
-    run.export(model, MODEL_NAME)
+    run.export(model, SERVING_NAME)
     report = run.write_report(report)
     run.finish()
     return report

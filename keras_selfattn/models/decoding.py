@@ -17,7 +17,9 @@ from keras import ops
 def embed_tokens(embedding, tokens, position=None, cache_update_index=0):
     """Token embeddings scaled by `sqrt(width)`, plus the position signal."""
     x = embedding(tokens)
-    x = x * ops.cast(math.sqrt(x.shape[-1]), x.dtype)
+    # A Python float, not a constant cast to the compute dtype: a bfloat16
+    # constant in a Functional graph cannot be saved to `.keras`.
+    x = x * math.sqrt(x.shape[-1])
     if position is not None:
         x = x + position(x, cache_update_index=cache_update_index)
     return x

@@ -185,7 +185,7 @@ def test_saved_model_serves_the_trained_model(short_run):
     model_dir, report, _ = short_run
     exported = report["outputs"].get("SavedModel for TensorFlow Serving")
     assert exported is not None, "no SavedModel was exported"
-    assert Path(exported).parent == model_dir / "export" / "music_transformer"
+    assert Path(exported).parent == model_dir / "export" / "music"  # serving/models.config's name
     served = tf.saved_model.load(exported)
     assert {"serving_default", "generate"} <= set(served.signatures)
     model = keras.models.load_model(model_dir / "music_transformer.keras")
@@ -229,20 +229,7 @@ def test_interrupted_run_resumes_from_its_backup(midi_dir, data_dir, tmp_path):
     assert not (tmp_path / "backup").exists()
 
 
-@pytest.mark.parametrize(
-    "policy",
-    [
-        "mixed_float16",
-        pytest.param(
-            "mixed_bfloat16",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="keras_selfattn.models.decoding.embed_tokens records a bfloat16 constant in "
-                "the Functional graph, which .keras saving cannot serialize",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_run_trains_saves_and_continues(midi_dir, data_dir, tmp_path, policy):
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
