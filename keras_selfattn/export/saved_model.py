@@ -131,7 +131,7 @@ def _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length):
         return endpoints + [sequence_signatures.generate_endpoint(layers, max_length)], []
     if tokenizer is None:
         return endpoints, []
-    _check_beam(beam_size, alpha)
+    # `translate_tokens` checks `beam_size` and `alpha` when the signature is traced.
     sentencepiece, eos_id = _sentencepiece(tokenizer)
     translate = sequence_signatures.translate_endpoint(
         model, sentencepiece, eos_id, max_length, beam_size, alpha
@@ -168,13 +168,6 @@ def _max_length(max_length, family, layers):
             f"Received: max_length={max_length}"
         )
     return max_length
-
-
-def _check_beam(beam_size, alpha):
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"`beam_size` must be an integer >= 1. Received: beam_size={beam_size!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < float("inf"):
-        raise ValueError(f"`alpha` must be a finite number >= 0. Received: alpha={alpha!r}")
 
 
 def _sentencepiece(tokenizer):

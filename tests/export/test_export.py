@@ -249,3 +249,14 @@ def test_versions_count_up_and_bad_arguments_are_named(tmp_path):
         export_for_serving(object(), tmp_path, name="x")
     with pytest.raises(ValueError, match="`max_length` must be an integer >= 2"):
         export_for_serving(model, tmp_path, name="music", max_length=1)
+
+
+def test_bad_beam_settings_are_named(serving_exports, tmp_path):
+    model, _, tokenizer = serving_exports["translation"]
+    with pytest.raises(ValueError, match="`beam_size` must be an integer >= 1"):
+        export_for_serving(model, tmp_path, name="translation", tokenizer=tokenizer, beam_size=0)
+    with pytest.raises(ValueError, match="`alpha` must be a finite number >= 0"):
+        export_for_serving(model, tmp_path, name="translation", tokenizer=tokenizer, alpha=-1.0)
+    with pytest.raises(ValueError, match="`tokenizer` must be a SentencePiece model file"):
+        export_for_serving(model, tmp_path, name="translation", tokenizer=3)
+    assert not os.listdir(tmp_path / "translation")  # no version and no staging folder left
