@@ -25,6 +25,7 @@ from keras_selfattn.export.c_api_loader import (  # noqa: E402
     op_libraries,
     session_config,
 )
+from keras_selfattn.export.loader_build import child_env  # noqa: E402
 
 pytestmark = pytest.mark.backends("tensorflow", reason="SavedModel and the C API")
 
@@ -361,7 +362,7 @@ def test_xla_jit_is_off_in_the_session_config_and_the_environment(monkeypatch):
     from tensorflow.core.protobuf import config_pb2
 
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2")
-    assert CApiSavedModel._child_env(None)["TF_XLA_FLAGS"] == (
+    assert child_env()["TF_XLA_FLAGS"] == (
         "--tf_xla_auto_jit=0 --tf_xla_cpu_global_jit=false"
     )
 
