@@ -10,7 +10,6 @@ util/json_tensor.cc); the command line runs against small local fake servers
 import base64
 import http.server
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ if str(SERVING_DIR) not in sys.path:
     sys.path.insert(0, str(SERVING_DIR))
 
 import client  # noqa: E402
+from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402
 
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
 MODELS = {"music", "translation", "image_generation", "super_resolution"}
@@ -306,7 +306,7 @@ def test_parse_rest_response_decodes_b64_and_keeps_bytes_that_are_not_utf8():
     )
     assert named["image_bytes"].shape == (1, 1) and named["image_bytes"][0, 0] == image
     # The server writes other string outputs unescaped, valid UTF-8 or not.
-    raw = client._loads(b'{"outputs": ["\xff\xfe", "ok"], "x": NaN}')
+    raw = client.read_json(b'{"outputs": ["\xff\xfe", "ok"], "x": NaN}')
     assert client.parse_rest_response(raw)["output"].tolist() == [b"\xff\xfe", b"ok"]
 
 
@@ -331,12 +331,6 @@ def test_image_grid_tiles_images_in_rows():
 # Command line against fake servers
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class FakeRest:
     """An HTTP server answering every POST with `(status, JSON)` from `answer(path, body)`."""
 
@@ -344,20 +338,11 @@ class FakeRest:
         self.requests = []
         fake = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 fake.requests.append((self.path, body))
-                status, payload = answer(self.path, body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
+                self.send_json(*answer(self.path, body))
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]

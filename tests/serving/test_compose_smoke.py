@@ -7,10 +7,8 @@ no Compose v2 plugin or no daemon.
 """
 
 import http.server
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +24,7 @@ if str(SERVING_DIR) not in sys.path:
 
 import client  # noqa: E402
 import smoke  # noqa: E402
+from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402
 
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
 
@@ -88,26 +87,18 @@ class FakeRestServer(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
-class FakeRestHandler(http.server.BaseHTTPRequestHandler):
-    def _answer(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class FakeRestHandler(JsonHandler):
     def do_GET(self):
         if self.path == "/v1/models/music":
-            self._answer(200, {"model_version_status": [{"version": "3", "state": "AVAILABLE"}]})
+            self.send_json(200, {"model_version_status": [{"version": "3", "state": "AVAILABLE"}]})
         elif self.path == "/v1/models/music/versions/3/metadata":
-            self._answer(200, _metadata_json())
+            self.send_json(200, _metadata_json())
         else:
             name = self.path.split("/")[3]
-            self._answer(404, {"error": f"Servable not found for request: Latest({name})"})
+            self.send_json(404, {"error": f"Servable not found for request: Latest({name})"})
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         assert self.path == "/v1/models/music/versions/3:predict", self.path
         spec = FAKE_SIGNATURES[body["signature_name"]]
         dtypes = {"DT_INT32": np.int32, "DT_FLOAT": np.float32}
@@ -118,10 +109,7 @@ class FakeRestHandler(http.server.BaseHTTPRequestHandler):
         }
         outputs = fake_run(body["signature_name"], inputs)
         (name,) = outputs  # one output: the server leaves its name out
-        self._answer(200, {"predictions": outputs[name].tolist()})
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, {"predictions": outputs[name].tolist()})
 
 
 def start_fake_grpc(offset=0):
@@ -216,9 +204,7 @@ def test_smoke_fails_when_rest_and_grpc_disagree(fake_servers, capsys):
 
 
 def test_smoke_reports_an_unreachable_server(capsys):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     assert smoke.main(["--host", "127.0.0.1", "--rest_port", str(port)]) == 1
     assert f"127.0.0.1:{port}" in capsys.readouterr().err
 
@@ -246,12 +232,6 @@ def docker_unavailable_reason():
     return None
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 @TF_ONLY
 def test_compose_serves_an_exported_model(tmp_path):
@@ -275,7 +255,7 @@ def test_compose_serves_an_exported_model(tmp_path):
     config.model_config_list.config.extend(kept)
     (tmp_path / "models.config").write_text(text_format.MessageToString(config))
 
-    rest_port, grpc_port = _free_port(), _free_port()
+    rest_port, grpc_port = free_port(), free_port()
     env = dict(
         os.environ,
         SERVING_EXPORT_DIR=str(models),

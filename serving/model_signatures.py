@@ -1,0 +1,57 @@
+"""The models `serving/models.config` serves and their generation signatures."""
+
+# Model names of `serving/models.config`, one per recipe.
+MODEL_NAMES = {
+    "music": "music",
+    "translation": "translation",
+    "image_generation": "image_generation",
+    "super_resolution": "super_resolution",
+}
+
+# The generation signatures every export carries (besides `serving_default`,
+# the forward pass), by model name of `models.config`.
+MODEL_SIGNATURES = {
+    "music": ("generate",),
+    "translation": ("translate",),
+    "image_generation": ("sample", "complete"),
+    "super_resolution": ("super_resolve",),
+}
+
+# Inputs and outputs of each generation signature: name -> dtype. Every
+# input and output has a leading batch dimension. `class_label` is present only
+# for class-conditional image models.
+SIGNATURES = {
+    "generate": {
+        "inputs": {
+            "primer": "int32",  # [B, T]
+            "max_new_tokens": "int32",  # [B]
+            "temperature": "float32",  # [B]
+            "top_k": "int32",  # [B]
+            "top_p": "float32",  # [B]
+            "seed": "int32",  # [B]
+        },
+        "outputs": {"tokens": "int32"},  # [B, T + max(max_new_tokens)]
+    },
+    "translate": {
+        "inputs": {"text": "string"},  # [B]
+        "outputs": {"translation": "string", "tokens": "int32", "score": "float32"},
+    },
+    "sample": {
+        "inputs": {"seed": "int32", "temperature": "float32", "class_label": "int32"},
+        "outputs": {"pixels": "uint8"},  # [B, H, W, C]
+    },
+    "complete": {
+        "inputs": {
+            "pixels": "uint8",  # [B, H, W, C]
+            "known_rows": "int32",  # [B]
+            "seed": "int32",
+            "temperature": "float32",
+            "class_label": "int32",
+        },
+        "outputs": {"pixels": "uint8"},
+    },
+    "super_resolve": {
+        "inputs": {"low_resolution": "uint8", "seed": "int32", "temperature": "float32"},
+        "outputs": {"pixels": "uint8"},  # [B, H, W, C]
+    },
+}
