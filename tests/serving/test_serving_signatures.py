@@ -1,7 +1,9 @@
 """The exported models through TensorFlow's C API loader (the server's
-loader, XLA off, tf-text op libraries loaded): every signature answers as the
-Keras model does, as a PredictRequest, as REST rows and columns, under
-concurrent load, and a bad request fails by name without harming the next."""
+loader, XLA off, tf-text op libraries loaded): every signature answers as
+TensorFlow's Python loader does (whose answers tests/export checks against
+the Keras model and in-process generation, row by row), as a PredictRequest,
+as REST rows and columns, under concurrent load, and a bad request fails by
+name without harming the next."""
 
 import sys
 from pathlib import Path
@@ -17,8 +19,6 @@ pytestmark = [
 tf = pytest.importorskip("tensorflow")
 
 from keras_selfattn.export.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
-from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
-from tests.export.exported_models import source_tokens  # noqa: E402
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serving"))
@@ -54,74 +54,6 @@ def images(serving_exports):
     model, path = serving_exports["images"]
     with CApiSavedModel(path) as loaded:
         yield model, loaded
-
-
-def _expected_music(model):
-    rows = []
-    for row in range(2):
-        count = int(GENERATE["max_new_tokens"][row])
-        tokens = continue_sequence(
-            model, GENERATE["primer"][row : row + 1], count, temperature=float(GENERATE["temperature"][row]),
-            top_k=int(GENERATE["top_k"][row]), top_p=float(GENERATE["top_p"][row]), seed=int(GENERATE["seed"][row]),
-        )
-        rows.append(np.pad(np.asarray(tokens)[0], (0, 5 - count)))
-    return np.stack(rows)
-
-
-def test_music_signatures_through_the_c_api_equal_the_keras_model(music):
-    model, loaded = music
-    assert set(loaded.signatures) == {"serving_default", "generate"}
-    np.testing.assert_array_equal(loaded.run("generate", GENERATE)["tokens"], _expected_music(model))
-    tokens = np.array([[3, 4, 5, 6]], "int32")
-    logits = loaded.run("serving_default", {"tokens": tokens})["logits"]
-    np.testing.assert_allclose(logits, np.asarray(model(tokens)), rtol=1e-5, atol=1e-5)
-
-
-def test_music_requests_in_every_form_give_the_same_tokens(music):
-    model, loaded = music
-    expected = _expected_music(model)
-    response = loaded.predict(client.predict_request("music", "generate", GENERATE))
-    np.testing.assert_array_equal(client.parse_predict_response(response)["tokens"], expected)
-    for form in ("instances", "inputs"):
-        answer = loaded.rest(client.rest_body("generate", GENERATE, form=form))
-        assert "error" not in answer, answer
-        np.testing.assert_array_equal(client.parse_rest_response(answer, ["tokens"])["tokens"], expected)
-
-
-def test_translate_through_the_c_api_is_string_in_string_out(translation):
-    model, loaded, tokenizer = translation
-    outputs = loaded.run("translate", {"text": np.array(TEXTS, object)})
-    tokens, scores = translate_tokens(
-        model, source_tokens(tokenizer, TEXTS), 8, beam_size=3, alpha=0.6, return_scores=True
-    )
-    np.testing.assert_array_equal(outputs["tokens"], np.asarray(tokens))
-    np.testing.assert_allclose(outputs["score"], np.asarray(scores), rtol=1e-5)
-    in_process = tf.saved_model.load(str(loaded.path)).signatures["translate"](text=tf.constant(TEXTS))
-    assert list(outputs["translation"]) == list(in_process["translation"].numpy())
-    assert all(outputs["translation"]), "empty translations: the comparison would check little"
-    for form in ("instances", "inputs"):
-        answer = loaded.rest(client.rest_body("translate", {"text": np.array(TEXTS, object)}, form=form))
-        parsed = client.parse_rest_response(answer)
-        assert [t.decode() if isinstance(t, bytes) else t for t in parsed["translation"]] == [
-            t.decode() for t in outputs["translation"]
-        ]
-    response = loaded.predict(client.predict_request("translation", "translate", {"text": np.array(TEXTS, object)}))
-    np.testing.assert_array_equal(client.parse_predict_response(response)["tokens"], outputs["tokens"])
-
-
-def test_image_signatures_through_the_c_api_equal_sample_images(images):
-    model, loaded = images
-    pixels = loaded.run("sample", dict(seed=np.array([3], "int32"), temperature=np.array([1.0], "float32"),
-                                       class_label=np.array([2], "int32")))["pixels"]
-    np.testing.assert_array_equal(pixels[0], np.asarray(sample_images(model, class_labels=np.array([2]), seed=3))[0])
-    known = np.random.default_rng(0).integers(0, 256, (1,) + IMAGE_SHAPE).astype("uint8")
-    inputs = dict(pixels=known, known_rows=np.array([2], "int32"), seed=np.array([4], "int32"),
-                  temperature=np.array([1.0], "float32"), class_label=np.array([1], "int32"))
-    completed = loaded.run("complete", inputs)["pixels"]
-    expected = sample_images(model, class_labels=np.array([1]), known_pixels=known, known_rows=2, seed=4)
-    np.testing.assert_array_equal(completed, np.asarray(expected))
-    answer = loaded.rest(client.rest_body("complete", inputs, form="instances"))
-    np.testing.assert_array_equal(client.parse_rest_response(answer, ["pixels"])["pixels"], completed)
 
 
 def _rows(*values, dtype):
