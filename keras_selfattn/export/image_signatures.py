@@ -6,7 +6,7 @@ from keras_selfattn.export import request_checks
 from keras_selfattn.generation.images import generate_image
 from keras_selfattn.generation.sampling import choose_pixels_by_row, choose_tokens_by_row
 
-ROWS = [None]
+ROWS = request_checks.ROWS
 
 
 def image_endpoints(image):

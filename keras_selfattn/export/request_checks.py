@@ -4,6 +4,8 @@ InvalidArgument error whose message names the input and what it must be
 
 import tensorflow as tf
 
+ROWS = [None]  # the shape of a per-row input: one value a row, any number of rows
+
 
 def check(condition, message):
     """An assertion that `condition` holds everywhere, failing with `message`."""

@@ -121,7 +121,8 @@ def _family(model):
 def _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length):
     from keras_selfattn.export import image_signatures, sequence_signatures
 
-    endpoints = [_forward_endpoint(model)]
+    is_dmol = family == "image" and layers.is_dmol
+    endpoints = [_forward_endpoint(model, "dmol_params" if is_dmol else "logits")]
     if family == "image":
         return endpoints + image_signatures.image_endpoints(layers), []
     if tokenizer is not None and family != "translation":
@@ -134,20 +135,18 @@ def _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length):
     # `translate_tokens` checks `beam_size` and `alpha` when the signature is traced.
     sentencepiece, eos_id = _sentencepiece(tokenizer)
     translate = sequence_signatures.translate_endpoint(
-        model, sentencepiece, eos_id, max_length, beam_size, alpha
+        model, layers, sentencepiece, eos_id, max_length, beam_size, alpha
     )
     # The tokenizer's resource must be tracked by the exported object, or
     # saving fails on an untracked resource.
     return endpoints + [translate], [sentencepiece]
 
 
-def _forward_endpoint(model):
+def _forward_endpoint(model, output_name):
     import tensorflow as tf
 
     specs = [tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype, name=t.name) for t in model.inputs]
     names = [spec.name for spec in specs]
-    is_dmol = families.ImageModel(model).is_dmol if "pixels" in names else False
-    output_name = "dmol_params" if is_dmol else "logits"
 
     def forward(inputs):
         outputs = model(inputs if isinstance(model.input, dict) else inputs[names[0]], training=False)

@@ -6,7 +6,7 @@ from keras_selfattn.export import request_checks
 from keras_selfattn.generation.sampling import choose_tokens_by_row
 from keras_selfattn.generation.sequences import extend_sequence, translate_tokens
 
-ROWS = [None]
+ROWS = request_checks.ROWS
 
 
 def generate_endpoint(layers, max_length):
@@ -52,13 +52,11 @@ def generate_endpoint(layers, max_length):
     return "generate", generate, signature
 
 
-def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha):
+def translate_endpoint(model, layers, tokenizer, eos_id, max_length, beam_size, alpha):
     """`translate(text)` -> `{"translation", "tokens", "score"}`: the
     SentencePiece `tokenizer` (which appends `eos_id`) in the graph, then
     `translate_tokens`' beam search (greedy for `beam_size` 1)."""
-    source_limit = getattr(model.get_layer("source_position"), "sequence_length", None) if any(
-        layer.name == "source_position" for layer in model.layers
-    ) else None
+    source_limit = getattr(layers.get("source_position"), "sequence_length", None)
 
     def translate(text):
         utf8 = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
