@@ -119,6 +119,13 @@ def build_parser():
         help="relative attention's farthest distance (default: the preset's; relative_local: at "
         "most 2 x its block length)",
     )
+    model.add_argument(
+        "--block_length",
+        type=harness.positive_int,
+        default=None,
+        help="relative_local: events per local block; each block attends to itself and the "
+        "block before it (default: the preset's: tiny 16, maestro 512)",
+    )
     harness.add_training_flags(parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
     generation = parser.add_argument_group("continuation")
     generation.add_argument(
@@ -198,10 +205,14 @@ def build_model(args, vocab_size, pad_id):
         overrides["timing_signal"] = args.timing_signal == "on"
     if args.max_relative_position is not None:
         overrides["max_relative_position"] = args.max_relative_position
+    if args.block_length is not None:
+        overrides["block_length"] = args.block_length
     try:
         model = music_transformer(vocab_size, preset=args.preset, attention=args.attention, **overrides)
     except ValueError as error:
-        raise harness.UsageError(f"--attention / --max_relative_position: {error}") from None
+        raise harness.UsageError(
+            f"--attention / --max_relative_position / --block_length: {error}"
+        ) from None
     model.compile(
         optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
@@ -426,6 +437,7 @@ def main(argv=None, callbacks=()):
             "attention": args.attention,
             "timing_signal": args.timing_signal,
             "max_relative_position": args.max_relative_position,
+            "block_length": args.block_length,
             "parameters": model.count_params(),
         },
         "data": {

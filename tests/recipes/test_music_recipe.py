@@ -251,6 +251,15 @@ def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
         _main(argv)
 
 
+def test_a_local_table_longer_than_the_window_names_the_flags():
+    args = music.build_parser().parse_args(
+        ["--model_dir", "unused", "--attention", "relative_local", "--block_length", "4",
+         "--max_relative_position", "64", "--preset", "tiny"]
+    )
+    with pytest.raises(music.harness.UsageError, match="--block_length: .*at most 2 \\* block_length = 8"):
+        music.build_model(args, 40, pad_id=0)
+
+
 @pytest.mark.parametrize("attention", ["absolute", "relative_global", "relative_local"])
 def test_attention_weights_are_each_heads_causal_softmax(attention):
     from keras_selfattn.models.decoding import embed_tokens, layers_by_name
