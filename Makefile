@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 EXTRAS := recipes,test,jax
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: install demo test test-fast benchmark clean
+.PHONY: install demo test test-tensorflow test-other-backends test-fast benchmark clean
 
 install: $(VENV)/.installed
 
@@ -17,11 +17,16 @@ $(VENV)/.installed: setup.py
 demo: install
 	$(PYTHON) recipes/music.py --model_dir runs/demo --export_dir runs/demo/export --preset tiny --attention relative_global --sequence_length 256 --batch_size 16 --epochs 8 --steps_per_epoch 125
 
-# The whole suite (docstring examples included) on TensorFlow, then the backend-neutral
-# ops, layers and generation (which builds every model family) on JAX, and the ops and
-# layers on PyTorch.
+# The whole suite (docstring examples included) on TensorFlow and, beside it on the
+# other core, the backend-neutral ops, layers and generation (which builds every model
+# family) on JAX, then the ops and layers on PyTorch. Each output line is printed whole.
 test: install
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-tensorflow test-other-backends
+
+test-tensorflow: install
 	$(PYTEST) tests
+
+test-other-backends: install
 	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/generation
 	KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers
 
