@@ -5,7 +5,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 # `keras_selfattn.data.images`: scikit-learn's digits offline, tensorflow-datasets otherwise.
-RECIPES = ["tensorflow-datasets", "scikit-learn"]
+RECIPES = ["tensorflow-datasets", "scikit-learn", "scikit-image==0.26.*", "pillow", "matplotlib"]
 # `keras_selfattn.generation`'s beam search (`beam_size` > 1).
 BEAM = ["tf-models-official==2.20.*"]
 JAX = ["jax"]

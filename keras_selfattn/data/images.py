@@ -1,7 +1,14 @@
-"""Image data: scikit-learn's digits offline, tensorflow-datasets otherwise.
+"""Image data: scikit-learn's digits offline, any folder of PNG/JPEG files,
+tensorflow-datasets otherwise.
 
 Pixels are int32 values 0..255, `[count, height, width, channels]`.
+The super-resolution patches of scikit-image's photos and faces are in
+`keras_selfattn.data.image_patches`, the PSNR / SSIM helpers in
+`keras_selfattn.data.image_metrics`.
 """
+
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -9,7 +16,10 @@ TFDS_IMAGE_DATASETS = {
     # name: (tfds name, image key, label key)
     "cifar10": ("cifar10", "image", "label"),
     "imagenet32": ("downsampled_imagenet/32x32", "image", None),
+    "celeb_a": ("celeb_a", "image", None),
 }
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+FIT_MODES = ("crop", "resize")
 
 
 def digits(holdout_fraction=0.2, seed=0):
@@ -31,19 +41,205 @@ def digits(holdout_fraction=0.2, seed=0):
     return (pixels[train], data.target[train]), (pixels[test], data.target[test])
 
 
-def tfds_images(name, split, data_dir=None):
+# ------------------------------------------------------------ image folders
+
+
+@dataclass
+class ImageFolder:
+    """The images read from a folder.
+
+    Attributes:
+        pixels: int32 `[count, height, width, channels]`, values 0..255.
+        labels: int32 `[count]` class ids (index into `class_names`), or
+            `None` without `labels_from_folders`.
+        class_names: the sub-folder name of each class id (sorted), or `()`.
+        paths: the file each image came from.
+        skipped: `[(path, reason)]` of the files that were not read.
+    """
+
+    pixels: np.ndarray
+    labels: np.ndarray | None
+    class_names: tuple = ()
+    paths: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+
+
+def find_image_files(folder):
+    """Every PNG/JPEG file under `folder` (recursively), sorted."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise ValueError(f"`image_dir` must be a folder of PNG/JPEG files. Received: {str(folder)!r} is not a folder")
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def read_image(path, size, channels=3, fit="crop"):
+    """One image file as uint8 `[height, width, channels]` (Pillow).
+
+    Args:
+        path: a PNG or JPEG file.
+        size: `(height, width)` of the result.
+        channels: 1 (grey) or 3 (RGB); other modes (palette, alpha, CMYK)
+            are converted.
+        fit: `"crop"`: the largest centred crop of the target's aspect ratio,
+            resized (nothing stretched); `"resize"`: the whole picture resized
+            (stretched when the aspect ratios differ).
+
+    Raises:
+        OSError: for a file Pillow cannot decode.
+    """
+    from PIL import Image, ImageOps
+
+    _check_fit(fit, channels)
+    height, width = size
+    with Image.open(path) as image:
+        image.load()  # decodes now, so a truncated file fails here
+        image = ImageOps.exif_transpose(image).convert("L" if channels == 1 else "RGB")
+    if fit == "crop":
+        image = ImageOps.fit(image, (width, height), method=Image.Resampling.LANCZOS)
+    else:
+        image = image.resize((width, height), resample=Image.Resampling.LANCZOS)
+    pixels = np.asarray(image, dtype="uint8")
+    return pixels[..., None] if channels == 1 else pixels
+
+
+def _check_fit(fit, channels):
+    if fit not in FIT_MODES:
+        raise ValueError(f"Unknown `fit` {fit!r}; valid values: {', '.join(FIT_MODES)}")
+    if channels not in (1, 3):
+        raise ValueError(f"`channels` must be 1 (grey) or 3 (RGB). Received: channels={channels!r}")
+
+
+def read_image_folder(folder, size, channels=3, *, labels_from_folders=False, fit="crop", log=None):
+    """Reads every PNG/JPEG file under `folder` at one size.
+
+    Unreadable files are skipped and named in `skipped` (and passed to
+    `log`, if given, one line each); the others are read.
+
+    Args:
+        folder: the folder, searched recursively.
+        size: `(height, width)` of every image.
+        channels: 1 (grey) or 3 (RGB).
+        labels_from_folders: label each image by the first sub-folder it is
+            in (`folder/<class>/.../file.png`); files directly in `folder`
+            are then skipped.
+        fit: `"crop"` or `"resize"`, as in `read_image`.
+        log: optional callable taking one message string.
+
+    Returns:
+        An `ImageFolder`.
+
+    Raises:
+        ValueError: if `folder` is not a folder, or holds no readable image
+            (or, with labels, fewer than two classes).
+    """
+    _check_fit(fit, channels)
+    root = Path(folder).expanduser()
+    files = find_image_files(root)
+    if not files:
+        raise ValueError(
+            f"`image_dir` {str(root)!r} holds no PNG/JPEG file ({', '.join(IMAGE_SUFFIXES)})"
+        )
+    images, paths, class_of, skipped = [], [], [], []
+    for path in files:
+        relative = path.relative_to(root)
+        if labels_from_folders and len(relative.parts) < 2:
+            skipped.append((path, "not inside a class sub-folder"))
+            continue
+        try:
+            images.append(read_image(path, size, channels, fit))
+        except (OSError, ValueError, SyntaxError) as error:  # PIL raises all three on broken files
+            skipped.append((path, f"unreadable image ({type(error).__name__}: {error})"))
+            continue
+        paths.append(path)
+        class_of.append(relative.parts[0] if labels_from_folders else None)
+    if log is not None:
+        for path, reason in skipped:
+            log(f"skipped {path}: {reason}")
+    if not images:
+        raise ValueError(f"`image_dir` {str(root)!r}: none of its {len(files)} image files could be read")
+    labels, class_names = None, ()
+    if labels_from_folders:
+        class_names = tuple(sorted(set(class_of)))
+        if len(class_names) < 2:
+            raise ValueError(
+                f"`labels_from_folders` needs at least two class sub-folders in {str(root)!r}. "
+                f"Received: {list(class_names)}"
+            )
+        index = {name: i for i, name in enumerate(class_names)}
+        labels = np.array([index[name] for name in class_of], dtype="int32")
+    pixels = np.stack(images).astype("int32")
+    return ImageFolder(pixels, labels, class_names, paths, skipped)
+
+
+def split_held_out(count, holdout_fraction=0.2, seed=0):
+    """`(train_indices, test_indices)`: a seeded random `holdout_fraction`
+    of `range(count)` held out (at least one of each when `count >= 2`)."""
+    if not 0 < holdout_fraction < 1:
+        raise ValueError(f"`holdout_fraction` must be in (0, 1). Received: {holdout_fraction!r}")
+    if count < 2:
+        raise ValueError(f"Splitting needs at least 2 images to hold one out. Received: {count}")
+    order = np.random.default_rng(seed).permutation(count)
+    test_count = min(max(1, int(round(holdout_fraction * count))), count - 1)
+    return np.sort(order[test_count:]), np.sort(order[:test_count])
+
+
+# ------------------------------------------------------ tensorflow-datasets
+
+
+def tfds_images(name, split, data_dir=None, size=None, max_examples=None):
     """Images and labels (`None` for unlabelled sets) of a tensorflow-datasets
     image set, as numpy arrays. Needs the data set downloaded or prepared in
     `data_dir`.
+
+    Args:
+        name: a key of `TFDS_IMAGE_DATASETS` (`celeb_a`: the 218 x 178
+            CelebA faces).
+        split: a tfds split, e.g. `"train"` or `"test[:1000]"`.
+        data_dir: where tfds keeps its prepared data.
+        size: optional `(height, width)`: each image's largest centred crop
+            of that aspect ratio, area-resized (CelebA to 32 x 32, say).
+        max_examples: read at most this many.
     """
     if name not in TFDS_IMAGE_DATASETS:
         raise ValueError(f"Unknown dataset {name!r}; valid: {sorted(TFDS_IMAGE_DATASETS)}")
+    import tensorflow as tf
     import tensorflow_datasets as tfds
 
     tfds_name, image_key, label_key = TFDS_IMAGE_DATASETS[name]
-    examples = tfds.as_numpy(tfds.load(tfds_name, split=split, data_dir=data_dir, batch_size=-1))
-    labels = examples[label_key].astype("int32") if label_key else None
-    return examples[image_key].astype("int32"), labels
+    dataset = tfds.load(tfds_name, split=split, data_dir=data_dir)
+    if max_examples is not None:
+        dataset = dataset.take(max_examples)
+
+    def pick(example):
+        image = example[image_key]
+        if size is not None:
+            image = crop_and_resize(image, size)
+        label = example[label_key] if label_key else tf.zeros((), tf.int64)
+        return tf.cast(image, tf.int32), tf.cast(label, tf.int32)
+
+    images, labels = [], []
+    for image_batch, label_batch in tfds.as_numpy(dataset.map(pick).batch(1024)):
+        images.append(image_batch)
+        labels.append(label_batch)
+    if not images:
+        raise ValueError(f"tfds {tfds_name!r} split {split!r} is empty")
+    return np.concatenate(images), np.concatenate(labels) if label_key else None
+
+
+def crop_and_resize(image, size):
+    """The largest centred crop of `image [H, W, C]` with the aspect ratio of
+    `size`, area-resized to `size` (a TensorFlow op, for tf.data)."""
+    import tensorflow as tf
+
+    height, width = size
+    shape = tf.shape(image)
+    scale = tf.minimum(shape[0] / height, shape[1] / width)
+    crop_height = tf.cast(tf.floor(height * scale), tf.int32)
+    crop_width = tf.cast(tf.floor(width * scale), tf.int32)
+    top, left = (shape[0] - crop_height) // 2, (shape[1] - crop_width) // 2
+    crop = image[top:top + crop_height, left:left + crop_width]
+    resized = tf.image.resize(tf.cast(crop, tf.float32), size, method="area")
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
 
 
 def marginal_bits_per_dim(train_pixels, test_pixels):

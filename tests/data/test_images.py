@@ -1,0 +1,213 @@
+"""keras_selfattn.data.images, image_patches and image_metrics: folders of
+PNG/JPEG files (formats, sizes, labels, broken files), CelebA through
+tensorflow-datasets' mock data, patches held out by source picture, and PSNR
+/ SSIM against scikit-image."""
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from keras_selfattn.data import image_metrics, image_patches, images
+
+skimage = pytest.importorskip("skimage")
+
+
+def _picture(height, width, seed=0):
+    """An RGB picture with a left-to-right red ramp and noise in green."""
+    rng = np.random.default_rng(seed)
+    picture = np.zeros((height, width, 3), "uint8")
+    picture[..., 0] = np.linspace(0, 255, width).round().astype("uint8")[None, :]
+    picture[..., 1] = rng.integers(0, 256, (height, width))
+    picture[..., 2] = 128
+    return picture
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """cats/ and dogs/ sub-folders in several formats and sizes, one broken
+    file, one text file and one image outside any class folder."""
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "dogs" / "puppies").mkdir(parents=True)
+    Image.fromarray(_picture(40, 60, 1)).save(tmp_path / "cats" / "wide.png")
+    Image.fromarray(_picture(50, 20, 2)).save(tmp_path / "cats" / "tall.JPG", quality=95)
+    Image.fromarray(_picture(16, 16, 3)[..., 0], mode="L").save(tmp_path / "dogs" / "grey.png")
+    rgba = np.concatenate([_picture(24, 24, 4), np.full((24, 24, 1), 200, "uint8")], -1)
+    Image.fromarray(rgba, mode="RGBA").save(tmp_path / "dogs" / "puppies" / "alpha.png")
+    Image.fromarray(_picture(30, 30, 5)).convert("P").save(tmp_path / "dogs" / "palette.png")
+    (tmp_path / "dogs" / "broken.jpeg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (tmp_path / "cats" / "notes.txt").write_text("not an image")
+    Image.fromarray(_picture(10, 10, 6)).save(tmp_path / "top_level.png")
+    return tmp_path
+
+
+def test_folder_reads_every_format_at_one_size_and_names_the_broken_file(image_folder):
+    logged = []
+    folder = images.read_image_folder(image_folder, (12, 12), channels=3, log=logged.append)
+    assert folder.pixels.shape == (6, 12, 12, 3) and folder.pixels.dtype == np.int32
+    assert 0 <= folder.pixels.min() and folder.pixels.max() <= 255
+    assert folder.labels is None
+    assert [(p.name, reason.split(" ")[0]) for p, reason in folder.skipped] == [("broken.jpeg", "unreadable")]
+    assert len(logged) == 1 and "broken.jpeg" in logged[0]
+    assert "notes.txt" not in " ".join(str(p) for p in folder.paths)
+
+
+def test_folder_labels_come_from_the_first_sub_folder(image_folder):
+    folder = images.read_image_folder(image_folder, (8, 8), channels=1, labels_from_folders=True)
+    assert folder.class_names == ("cats", "dogs")
+    by_name = {path.name: int(label) for path, label in zip(folder.paths, folder.labels)}
+    assert by_name == {"tall.JPG": 0, "wide.png": 0, "alpha.png": 1, "grey.png": 1, "palette.png": 1}
+    assert folder.pixels.shape == (5, 8, 8, 1)
+    reasons = {path.name: reason for path, reason in folder.skipped}
+    assert reasons["top_level.png"] == "not inside a class sub-folder"
+    assert "broken.jpeg" in reasons
+
+
+def test_crop_keeps_the_aspect_ratio_and_resize_stretches(tmp_path):
+    # A 20 x 40 picture: left half black, right half white.
+    picture = np.zeros((20, 40), "uint8")
+    picture[:, 20:] = 255
+    Image.fromarray(picture, mode="L").save(tmp_path / "halves.png")
+    cropped = images.read_image(tmp_path / "halves.png", (10, 10), channels=1, fit="crop")[..., 0]
+    stretched = images.read_image(tmp_path / "halves.png", (10, 10), channels=1, fit="resize")[..., 0]
+    # The centred 20 x 20 crop still has both halves; so has the squeezed whole.
+    assert cropped.shape == stretched.shape == (10, 10)
+    assert cropped[:, :3].max() < 40 and cropped[:, -3:].min() > 215
+    assert stretched[:, :3].max() < 40 and stretched[:, -3:].min() > 215
+    # Grey pictures read as RGB repeat the grey value.
+    rgb = images.read_image(tmp_path / "halves.png", (10, 10), channels=3)
+    np.testing.assert_array_equal(rgb[..., 0], rgb[..., 2])
+
+
+def test_bad_folders_and_options_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="is not a folder"):
+        images.read_image_folder(tmp_path / "missing", (8, 8))
+    with pytest.raises(ValueError, match="holds no PNG/JPEG file"):
+        images.read_image_folder(tmp_path, (8, 8))
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG broken")
+    with pytest.raises(ValueError, match="none of its 1 image files could be read"):
+        images.read_image_folder(tmp_path, (8, 8))
+    with pytest.raises(ValueError, match="`fit`"):
+        images.read_image_folder(tmp_path, (8, 8), fit="squash")
+    with pytest.raises(ValueError, match="`channels`"):
+        images.read_image_folder(tmp_path, (8, 8), channels=2)
+
+
+def test_held_out_split_is_disjoint_seeded_and_sized():
+    train, test = images.split_held_out(10, 0.2, seed=4)
+    assert len(test) == 2 and len(train) == 8 and not set(train) & set(test)
+    assert set(train) | set(test) == set(range(10))
+    again = images.split_held_out(10, 0.2, seed=4)
+    np.testing.assert_array_equal(again[1], test)
+    with pytest.raises(ValueError, match="holdout_fraction"):
+        images.split_held_out(10, 1.0)
+
+
+def test_celeb_a_through_tensorflow_datasets_is_cropped_and_resized():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=3):
+        pixels, labels = images.tfds_images("celeb_a", "train", size=(32, 32), max_examples=3)
+    assert pixels.shape == (3, 32, 32, 3) and pixels.dtype == np.int32 and labels is None
+    assert 0 <= pixels.min() and pixels.max() <= 255
+
+
+def test_crop_and_resize_takes_the_centred_square_and_averages():
+    import tensorflow as tf
+
+    picture = np.zeros((12, 8, 1), "uint8")
+    picture[2:10] = 100  # the centred 8 x 8 square
+    picture[2:6, :4] = 200
+    resized = images.crop_and_resize(tf.constant(picture), (2, 2)).numpy()[..., 0]
+    np.testing.assert_array_equal(resized, [[200, 100], [100, 100]])
+
+
+# ---------------------------------------------------------------- patches
+
+
+def test_embedded_patches_are_held_out_by_source_picture():
+    train, test = image_patches.embedded_patches(size=16, channels=1, seed=1)
+    assert train.pixels.shape[1:] == test.pixels.shape[1:] == (16, 16, 1)
+    assert not set(train.sources) & set(test.sources), "a source picture is in both splits"
+    for split in (train, test):
+        kinds = {name.startswith("lfw_face_") for name in split.sources}
+        assert kinds == {True, False}, "both photos and faces in each split"
+    assert len(set(train.sources) | set(test.sources)) == len(image_patches.PHOTOS) + image_patches.FACES
+    # Another seed holds out other pictures.
+    _, other = image_patches.embedded_patches(size=16, channels=1, seed=2)
+    assert set(other.sources) != set(test.sources)
+
+
+def test_patches_are_cut_from_the_picture_and_flat_ones_dropped():
+    picture = np.zeros((8, 12, 1), "uint8")
+    picture[:4, 4:8] = np.arange(16).reshape(4, 4, 1) * 10
+    tiles = image_patches.cut_patches(picture, 4)
+    assert tiles.shape == (6, 4, 4, 1)
+    np.testing.assert_array_equal(tiles[1], picture[:4, 4:8])
+    kept = image_patches.cut_patches(picture, 4, min_std=1.0)
+    assert kept.shape == (1, 4, 4, 1)
+    np.testing.assert_array_equal(kept[0], picture[:4, 4:8])
+
+
+def test_downsample_averages_blocks_and_upsampling_matches_scikit_image():
+    from skimage.transform import resize
+
+    high = np.arange(2 * 8 * 8 * 1).reshape(2, 8, 8, 1) % 251
+    low = image_patches.downsample(high, 4)
+    assert low.shape == (2, 2, 2, 1)
+    assert low[1, 0, 1, 0] == round(high[1, :4, 4:, 0].mean())
+    bicubic = image_patches.upsample(low, (8, 8), "bicubic")
+    expected = resize(low[0].astype(float), (8, 8, 1), order=3, preserve_range=True, mode="edge")
+    np.testing.assert_array_equal(bicubic[0], np.clip(np.round(expected), 0, 255))
+    nearest = image_patches.upsample(low, (8, 8), "nearest")
+    np.testing.assert_array_equal(nearest[:, :4, :4], np.broadcast_to(low[:, :1, :1], (2, 4, 4, 1)))
+    with pytest.raises(ValueError, match="`scale` 3"):
+        image_patches.downsample(high, 3)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_psnr_of_known_errors():
+    reference = np.full((2, 8, 8, 1), 100)
+    off_by_one = reference + 1
+    # MSE 1: 10 log10(255^2 / 1).
+    assert math.isclose(image_metrics.psnr(reference, off_by_one), 20 * math.log10(255), rel_tol=1e-9)
+    half_off = off_by_one.copy()
+    half_off[1] += 9  # MSE 100 in the second image: 20 log10(255 / 10)
+    expected = (20 * math.log10(255) + 20 * math.log10(25.5)) / 2
+    assert math.isclose(image_metrics.psnr(reference, half_off), expected, rel_tol=1e-9)
+    assert image_metrics.psnr(reference, reference) == image_metrics.MAX_PSNR
+
+
+def test_psnr_and_ssim_match_scikit_image_on_its_photos():
+    from skimage.data import astronaut, camera
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+    rng = np.random.default_rng(0)
+    grey = camera()[::8, ::8, None].astype("int32")
+    colour = astronaut()[::8, ::8].astype("int32")
+    for reference in (grey, colour):
+        noisy = np.clip(reference + rng.normal(0, 12, reference.shape).round(), 0, 255)
+        blurred = image_patches.upsample(image_patches.downsample(reference[None], 4), reference.shape[:2])[0]
+        batch_true, batch_test = np.stack([reference, reference]), np.stack([noisy, blurred])
+        expected_psnr = np.mean(
+            [peak_signal_noise_ratio(reference.astype(float), t.astype(float), data_range=255) for t in batch_test]
+        )
+        expected_ssim = np.mean(
+            [structural_similarity(reference.astype(float), t.astype(float), data_range=255, channel_axis=-1)
+             for t in batch_test]
+        )
+        assert math.isclose(image_metrics.psnr(batch_true, batch_test), expected_psnr, rel_tol=1e-12)
+        assert math.isclose(image_metrics.ssim(batch_true, batch_test), expected_ssim, rel_tol=1e-12)
+        assert image_metrics.ssim(batch_true, batch_true) == pytest.approx(1.0)
+        # Noise and blur both lower SSIM below 1 and PSNR below the cap.
+        assert image_metrics.ssim(batch_true, batch_test) < 0.95
+        assert image_metrics.psnr(batch_true, batch_test) < 40
+
+
+def test_metrics_reject_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"\[count, height, width, channels\]"):
+        image_metrics.psnr(np.zeros((1, 8, 8, 1)), np.zeros((1, 8, 8, 3)))
+    with pytest.raises(ValueError, match="at least 7 x 7"):
+        image_metrics.ssim(np.zeros((1, 4, 4, 1)), np.zeros((1, 4, 4, 1)))
