@@ -1,0 +1,239 @@
+"""What the image recipes (image_generation.py, super_resolution.py) share:
+the image-folder and model flags, held-out splits of a folder, tensorflow-
+datasets reading with a clear error, temperature lists."""
+
+import argparse
+
+import numpy as np
+
+import harness
+
+ATTENTION_HELP = {
+    "local_1d": "local 1D: raster order cut into blocks of --block_length sub-pixels, each "
+    "attending to itself and the block before",
+    "local_2d": "local 2D: --query_shape blocks in block-raster order, each attending to a "
+    "--memory_flange around it (above and to the left)",
+    "global": "global: every earlier sub-pixel",
+}
+
+
+def pair(text):
+    """`"8,8"` -> `(8, 8)`, two positive integers."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 2 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected two positive integers as HEIGHT,WIDTH, got {text!r}")
+    return values
+
+
+pair.__name__ = "HEIGHT,WIDTH"
+
+
+def non_negative_pair(text):
+    """`"4,4"` -> `(4, 4)`, two integers >= 0."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 2 or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected two integers >= 0 as HEIGHT,WIDTH, got {text!r}")
+    return values
+
+
+non_negative_pair.__name__ = "HEIGHT,WIDTH"
+
+
+def temperature_list(text):
+    """`"0,0.8,1"` -> `(0.0, 0.8, 1.0)`, each >= 0."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
+    return values
+
+
+temperature_list.__name__ = "temperatures"
+
+
+# ------------------------------------------------------------------ flags
+
+
+def add_image_dir_flags(group, *, labels):
+    group.add_argument(
+        "--image_dir",
+        default=None,
+        help="a folder of PNG/JPEG files (searched recursively) to use instead of --dataset; "
+        "each image is fitted to the model's size (--fit); unreadable files are skipped, "
+        "counted and named; --holdout_fraction of the files are held out",
+    )
+    group.add_argument(
+        "--fit",
+        choices=("crop", "resize"),
+        default="crop",
+        help="--image_dir: crop (the largest centred crop of the model's aspect ratio, resized) "
+        "or resize (the whole picture, stretched)",
+    )
+    if labels:
+        group.add_argument(
+            "--labels_from_folders",
+            action="store_true",
+            help="--image_dir: each image's class is its first sub-folder's name "
+            "(IMAGE_DIR/<class>/...); needed for --conditional",
+        )
+    group.add_argument(
+        "--holdout_fraction",
+        type=_fraction,
+        default=0.2,
+        help="--image_dir: the fraction of files held out for evaluation (seeded by --seed)",
+    )
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+_fraction.__name__ = "a number in (0, 1)"
+
+
+def add_model_flags(parser, presets, *, default_preset, attentions):
+    group = parser.add_argument_group("model")
+    group.add_argument(
+        "--attention",
+        default=attentions[0],
+        choices=attentions,
+        help="the decoder's masked self-attention: "
+        + "; ".join(ATTENTION_HELP[name] for name in attentions),
+    )
+    group.add_argument(
+        "--preset",
+        default=default_preset,
+        choices=sorted(presets),
+        help="model size: "
+        + "; ".join(f"{name}: {_describe(config)}" for name, config in presets.items()),
+    )
+    group.add_argument(
+        "--block_length",
+        type=harness.positive_int,
+        default=None,
+        help="local_1d: sub-pixels per block (default: the preset's)",
+    )
+    group.add_argument(
+        "--query_shape",
+        type=pair,
+        default=None,
+        help="local_2d: query block HEIGHT,WIDTH in pixels (the width counts each pixel's "
+        "channels as positions; default: 8,8 capped at the image, the celeba preset's own)",
+    )
+    group.add_argument(
+        "--memory_flange",
+        type=non_negative_pair,
+        default=None,
+        help="local_2d: memory flange HEIGHT,WIDTH in pixels around a query block (default: half "
+        "the query block, the celeba preset's own)",
+    )
+    return group
+
+
+def _describe(config):
+    shown = {k: v for k, v in config.items() if k not in ("preset",)}
+    base = f"keras_selfattn's {config['preset']!r} preset"
+    return base + (" with " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
+
+
+def model_overrides(args, presets, image_shape):
+    """Builder keyword arguments for `--preset`, `--attention`,
+    `--block_length`, `--query_shape` and `--memory_flange`."""
+    overrides = dict(presets[args.preset], attention=args.attention)
+    height, width, channels = image_shape
+    query, flange = args.query_shape, args.memory_flange
+    own_blocks = overrides["preset"] in ("celeba", "cifar10")
+    if query is None and not own_blocks:
+        query = (min(8, height), min(8, width))
+    if flange is None and not own_blocks:
+        base = query if query is not None else (height, width)
+        flange = (base[0] // 2, base[1] // 2)
+    if query is not None:
+        overrides["query_shape"] = (query[0], query[1] * channels)
+    if flange is not None:
+        overrides["memory_flange"] = (flange[0], flange[1] * channels)
+    if args.block_length is not None:
+        overrides["block_length"] = args.block_length
+    return overrides
+
+
+# ------------------------------------------------------------------- data
+
+
+def image_dir_split(args, run, size, channels):
+    """`((train_pixels, train_labels), (test_pixels, test_labels))` of
+    `--image_dir`, `--holdout_fraction` of the files held out; labels are
+    `None` without `--labels_from_folders`."""
+    from keras_selfattn.data.images import read_image_folder, split_held_out
+
+    labels_from_folders = getattr(args, "labels_from_folders", False)
+    run.log(f"reading {args.image_dir} at {size[0]} x {size[1]} ({args.fit}) ...")
+    try:
+        folder = read_image_folder(
+            args.image_dir, size, channels, labels_from_folders=labels_from_folders,
+            fit=args.fit, log=run.log,
+        )
+        train, test = split_held_out(len(folder.pixels), args.holdout_fraction, args.seed)
+    except ValueError as error:
+        raise harness.UsageError(f"--image_dir: {error}") from None
+    classes = f", {len(folder.class_names)} classes ({', '.join(folder.class_names)})" if folder.class_names else ""
+    run.log(
+        f"--image_dir: {len(folder.pixels)} images read, {len(folder.skipped)} skipped{classes}; "
+        f"{len(train)} for training, {len(test)} held out"
+    )
+    labels = folder.labels
+    return (
+        (folder.pixels[train], None if labels is None else labels[train]),
+        (folder.pixels[test], None if labels is None else labels[test]),
+    )
+
+
+def tfds_or_usage_error(args, run, name, split, size, max_examples, channels):
+    """`(pixels, labels)` of a tensorflow-datasets split, fitted to `size`
+    (`None`: as stored) and `channels`; a `UsageError` naming `--dataset` and
+    `--data_dir` when tfds cannot give it (not prepared, offline)."""
+    from keras_selfattn.data.images import tfds_images
+
+    run.log(f"reading tensorflow-datasets {name} {split} from {args.data_dir or 'its default folder'} ...")
+    try:
+        pixels, labels = tfds_images(name, split, args.data_dir, size=size, max_examples=max_examples)
+    except Exception as error:  # tfds raises many kinds: missing files, failed downloads
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise harness.UsageError(
+            f"--dataset {name}: tensorflow-datasets could not give its {split!r} split "
+            f"({type(error).__name__}: {first_line}). Download and prepare it into --data_dir "
+            f"(e.g. `tfds build {name} --data_dir DIR` on a machine online), or use the default "
+            "data or --image_dir."
+        ) from error
+    return to_channels(pixels, channels), labels
+
+
+def to_channels(pixels, channels):
+    """int32 `[n, H, W, C]` images with 1 (luma) or 3 channels."""
+    if pixels.shape[-1] == channels:
+        return pixels
+    if channels == 3:
+        return np.repeat(pixels, 3, axis=-1)
+    luma = pixels.astype("float64") @ np.array([0.2125, 0.7154, 0.0721])  # skimage's rgb2gray
+    return np.clip(np.round(luma), 0, 255).astype("int32")[..., None]
+
+
+def data_source(args):
+    """Where a run's images came from, for the report."""
+    if getattr(args, "image_dir", None):
+        return f"image_dir {args.image_dir}"
+    return args.dataset

@@ -1,0 +1,142 @@
+"""recipes/super_resolution.py end to end on the embedded patches, at a
+tiny size: every output, the scores recomputed with scikit-image from the
+scored images, greedy outputs reproduced by the saved model and by the
+exported `super_resolve` signature."""
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
+
+pytest.importorskip("skimage")
+
+import super_resolution  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.backends("tensorflow", reason="tf.data pipeline, tf.distribute and SavedModel"),
+]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("super_resolution")
+    argv = [
+        "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
+        "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1", "--steps_per_epoch", "2",
+        "--batch_size", "4", "--eval_images", "3", "--temperatures", "0,1", "--grid_rows", "2",
+        "--verbose", "0", "--seed", "2",
+    ]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = super_resolution.main(argv)
+    return model_dir, report, printed.getvalue()
+
+
+def test_help_explains_every_flag():
+    parser = super_resolution.build_parser()
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"
+    text = parser.format_help()
+    for flag in (
+        "--dataset", "--image_dir", "--size", "--scale", "--attention", "--preset", "--temperatures",
+        "--eval_images", "--strategy", "--mixed_precision", "--model_dir", "--export_dir",
+    ):
+        assert flag in text
+
+
+def test_short_run_writes_grid_report_and_saved_model(short_run):
+    import matplotlib.image
+
+    model_dir, report, printed = short_run
+    for name in ("super_resolution.keras", "super_resolution.png", "super_resolution_samples.npz", "report.json"):
+        assert (model_dir / name).is_file(), name
+    assert json.loads((model_dir / "report.json").read_text())["held_out"] == report["held_out"]
+    listing = printed[printed.index("written:"):].splitlines()[1:]
+    assert len(listing) == len(report["outputs"]) >= 6
+    for line in listing:
+        assert Path(line.split()[-1]).exists(), line
+    grid = matplotlib.image.imread(model_dir / "super_resolution.png")
+    # Two example rows of five columns: low, bicubic, two temperatures, original.
+    assert grid.shape[1] > grid.shape[0] and grid.std() > 0
+    assert report["data"]["source"] == "default"
+    assert report["model"]["low_shape"] == [4, 4, 1] and report["model"]["high_shape"] == [8, 8, 1]
+
+
+def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+    from skimage.transform import resize
+
+    model_dir, report, _ = short_run
+    scored = np.load(model_dir / "super_resolution_samples.npz")
+    original, low = scored["original"].astype(float), scored["low_resolution"].astype(float)
+    assert original.shape == (3, 8, 8, 1) and low.shape == (3, 4, 4, 1)
+    quality = report["held_out"]["quality"]
+    assert set(quality) == {"nearest", "bicubic", "model_temperature_0", "model_temperature_1"}
+    for name, scores in quality.items():
+        images = scored[name].astype(float)
+        psnr = np.mean([peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, images)])
+        ssim = np.mean(
+            [structural_similarity(t, i, data_range=255, channel_axis=-1) for t, i in zip(original, images)]
+        )
+        assert scores["psnr"] == pytest.approx(psnr, rel=1e-9), name
+        assert scores["ssim"] == pytest.approx(ssim, rel=1e-9), name
+    bicubic = np.stack([resize(x, (8, 8, 1), order=3, preserve_range=True, mode="edge") for x in low])
+    np.testing.assert_array_equal(scored["bicubic"], np.clip(np.round(bicubic), 0, 255))
+    # The low-resolution input is the original's 2 x 2 block mean.
+    np.testing.assert_array_equal(low, np.round(original.reshape(3, 4, 2, 4, 2, 1).mean((2, 4))))
+
+
+def test_bits_per_dim_covers_every_held_out_patch(short_run):
+    from keras_selfattn.data.image_patches import downsample, embedded_patches
+
+    model_dir, report, _ = short_run
+    _, test = embedded_patches(size=8, channels=1, seed=2)
+    assert report["held_out"]["images"] == len(test) == report["data"]["held_out_images"]
+    model = keras.models.load_model(model_dir / "super_resolution.keras")
+    inputs = {"low_resolution": downsample(test.pixels, 2), "pixels": test.pixels}
+    logits = keras.ops.convert_to_numpy(model.predict(inputs, batch_size=256, verbose=0)).astype("float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    nats = -np.take_along_axis(log_probs, test.pixels[..., None], axis=-1).mean()
+    assert report["held_out"]["bits_per_dim"] == pytest.approx(nats / np.log(2), rel=1e-4)
+
+
+def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
+    import tensorflow as tf
+
+    from keras_selfattn.generation import sample_images
+
+    model_dir, report, _ = short_run
+    scored = np.load(model_dir / "super_resolution_samples.npz")
+    low = scored["low_resolution"].astype("uint8")
+    model = keras.models.load_model(model_dir / "super_resolution.keras")
+    greedy = keras.ops.convert_to_numpy(sample_images(model, low_resolution=low, temperature=0.0, seed=0))
+    np.testing.assert_array_equal(greedy, scored["model_temperature_0"])
+    exported = report["outputs"]["SavedModel for TensorFlow Serving"]
+    assert Path(exported).parent == model_dir / "export" / "super_resolution"  # serving/models.config's name
+    served = tf.saved_model.load(exported)
+    rows = len(low)
+    answer = served.signatures["super_resolve"](
+        low_resolution=tf.constant(low), seed=tf.zeros([rows], tf.int32), temperature=tf.zeros([rows], tf.float32)
+    )["pixels"]
+    np.testing.assert_array_equal(answer.numpy(), scored["model_temperature_0"])
+
+
+def test_bad_flags_are_clear_errors(tmp_path):
+    with pytest.raises(super_resolution.harness.UsageError, match="--scale 3 must divide --size 32"):
+        super_resolution.parse_args(["--model_dir", str(tmp_path), "--scale", "3"])
+    with pytest.raises(SystemExit):
+        with contextlib.redirect_stderr(io.StringIO()):
+            super_resolution.parse_args(["--model_dir", str(tmp_path), "--temperatures", "0,-1"])
+    argv = ["--model_dir", str(tmp_path), "--image_dir", str(tmp_path / "nothing_here")]
+    with pytest.raises(super_resolution.harness.UsageError, match="--image_dir: .*is not a folder"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            super_resolution.main(argv)
