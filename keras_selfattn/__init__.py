@@ -10,6 +10,7 @@ from keras_selfattn.layers import (
     RelativeMultiHeadAttention,
     SinusoidalPositionEncoding,
     SinusoidalPositionEncodingND,
+    TiedOutputProjection,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )

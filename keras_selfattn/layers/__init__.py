@@ -12,5 +12,6 @@ from keras_selfattn.layers.sinusoidal_position_encoding import (
 from keras_selfattn.layers.sinusoidal_position_encoding_nd import (
     SinusoidalPositionEncodingND,
 )
+from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
 from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock

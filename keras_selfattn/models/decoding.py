@@ -5,7 +5,9 @@ Builders name their layers `target_embedding`, `target_position` (absent
 without an absolute position signal), `decoder_block_{i}`, `decoder_norm`
 (pre-norm models) and `logits`; encoder-decoder models add `source_embedding`,
 `source_position`, `encoder_block_{i}` and `encoder_norm`. A cached step reuses
-exactly those layers, so a loop of steps equals the full forward pass.
+exactly those layers, so a loop of steps equals the full forward pass. One
+embedding shared by source and target is one layer, `source_embedding`;
+`layers_by_name` lists it as `target_embedding` too.
 """
 
 import math
@@ -27,8 +29,21 @@ def embed_tokens(embedding, tokens, position=None, cache_update_index=0):
 
 def layers_by_name(model):
     """The model's layers as a `{name: layer}` dict, the form the functions
-    below take (the builders pass the same dict before the model exists)."""
-    return {layer.name: layer for layer in model.layers}
+    below take (the builders pass the same dict before the model exists).
+
+    An encoder-decoder model (inputs `source_tokens` and `target_tokens`)
+    without a `target_embedding` layer embeds its targets with its
+    `source_embedding`: that layer is listed under both names.
+    """
+    layers = {layer.name: layer for layer in model.layers}
+    input_names = {tensor.name for tensor in model.inputs}
+    if (
+        "target_embedding" not in layers
+        and "source_embedding" in layers
+        and {"source_tokens", "target_tokens"} <= input_names
+    ):
+        layers["target_embedding"] = layers["source_embedding"]
+    return layers
 
 
 def numbered_layers(layers, prefix):

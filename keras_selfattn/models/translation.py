@@ -5,6 +5,7 @@ import keras
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
 from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import (
@@ -18,20 +19,22 @@ from keras_selfattn.models.decoding import decoder_logits, encode, output_layer
 POSITIONS = ("sinusoidal", "shaw")
 
 TRANSLATION_PRESETS = {
-    # Vaswani et al. 2017, Table 3; Shaw et al. 2018 clip relative distances at 16.
+    # Vaswani et al. 2017, Table 3 and section 3.4 (the output projection is
+    # the target embedding's matrix); Shaw et al. 2018 clip relative
+    # distances at 16.
     "base": dict(
         num_layers=6, hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1,
-        share_embeddings=False, norm_first=False, position="sinusoidal",
+        share_embeddings=False, tie_output_projection=True, norm_first=False, position="sinusoidal",
         max_relative_position=16,
     ),
     "big": dict(
         num_layers=6, hidden_dim=1024, num_heads=16, feedforward_dim=4096, dropout=0.3,
-        share_embeddings=False, norm_first=False, position="sinusoidal",
+        share_embeddings=False, tie_output_projection=True, norm_first=False, position="sinusoidal",
         max_relative_position=16,
     ),
     "tiny": dict(
         num_layers=2, hidden_dim=64, num_heads=4, feedforward_dim=128, dropout=0.0,
-        share_embeddings=False, norm_first=True, position="sinusoidal",
+        share_embeddings=False, tie_output_projection=True, norm_first=True, position="sinusoidal",
         max_relative_position=8,
     ),
 }
@@ -47,6 +50,12 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
     and stops at `eos_id`, 1 by default), output float32 logits
     `[batch, target_length, target_vocab_size]`. `position="shaw"` replaces
     the sinusoidal signal by Shaw relative attention in every self-attention.
+    Embeddings start from `normal(0, hidden_dim ** -0.5)` and are scaled by
+    `sqrt(hidden_dim)` (`decoding.embed_tokens`), as in the paper and
+    tensor2tensor, so a tied projection starts with logits of unit scale.
+    With `share_embeddings` the one embedding layer is named
+    `source_embedding`; `decoding.layers_by_name` lists it under
+    `target_embedding` too.
 
     Args:
         source_vocab_size: source vocabulary size (>= 2).
@@ -54,8 +63,11 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
         preset: `"base"`, `"big"` (the paper's) or `"tiny"`.
         **overrides: hyperparameters replacing the preset's: `num_layers`,
             `hidden_dim`, `num_heads`, `feedforward_dim`, `dropout`,
-            `share_embeddings` (one embedding table for source and target;
-            needs equal vocabularies), `norm_first`, `position`
+            `share_embeddings` (one embedding table for source and target,
+            for a joint vocabulary; needs equal sizes),
+            `tie_output_projection` (the logits are the decoder output times
+            the target embedding's matrix, `TiedOutputProjection`; the
+            paper's, on in every preset), `norm_first`, `position`
             (`"sinusoidal"` or `"shaw"`), `max_relative_position`.
 
     Returns:
@@ -86,13 +98,11 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
 def _translation_layers(source_vocab_size, target_vocab_size, config):
     width = config["hidden_dim"]
     layers = {}
-    layers["source_embedding"] = keras.layers.Embedding(
-        source_vocab_size, width, name="source_embedding"
-    )
+    layers["source_embedding"] = _embedding(source_vocab_size, width, "source_embedding")
     layers["target_embedding"] = (
         layers["source_embedding"]
         if config["share_embeddings"]
-        else keras.layers.Embedding(target_vocab_size, width, name="target_embedding")
+        else _embedding(target_vocab_size, width, "target_embedding")
     )
     if config["position"] == "sinusoidal":
         layers["source_position"] = SinusoidalPositionEncoding(name="source_position")
@@ -115,8 +125,19 @@ def _translation_layers(source_vocab_size, target_vocab_size, config):
     if config["norm_first"]:
         layers["encoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
         layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-    layers["logits"] = output_layer(target_vocab_size)
+    if config["tie_output_projection"]:
+        # float32, as `output_layer`: logits stay exact under mixed precision.
+        layers["logits"] = TiedOutputProjection(
+            layers["target_embedding"], dtype="float32", name="logits"
+        )
+    else:
+        layers["logits"] = output_layer(target_vocab_size)
     return layers
+
+
+def _embedding(vocab_size, width, name):
+    initializer = keras.initializers.RandomNormal(stddev=width**-0.5)
+    return keras.layers.Embedding(vocab_size, width, embeddings_initializer=initializer, name=name)
 
 
 def _plain_attention(config):

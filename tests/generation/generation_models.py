@@ -23,8 +23,8 @@ def music_model(attention, vocab_size=20):
     )
 
 
-def translation_model(position, vocab_size=12):
-    return transformer_translation(14, vocab_size, preset="tiny", position=position, **SMALL)
+def translation_model(position, vocab_size=12, **overrides):
+    return transformer_translation(14, vocab_size, preset="tiny", position=position, **SMALL, **overrides)
 
 
 def image_query_shape(head):
@@ -47,9 +47,12 @@ def super_resolution_model():
 
 
 def sharpen(model, factor=6.0):
-    """Scales the output layer so that the logits are far from uniform."""
-    kernel = model.get_layer("logits").kernel
-    kernel.assign(kernel.numpy() * factor)
+    """Scales the output layer's matrix so that the logits are far from
+    uniform (a tied projection's matrix is the target embedding: its scale
+    also grows, which the decoder's final norm takes out again)."""
+    layer = model.get_layer("logits")
+    matrix = layer.kernel if hasattr(layer, "kernel") else layer.embedding.embeddings
+    matrix.assign(matrix.numpy() * factor)
     return model
 
 

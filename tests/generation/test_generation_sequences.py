@@ -72,6 +72,12 @@ def test_greedy_translation_equals_the_uncached_argmax_loop(position):
     np.testing.assert_array_equal(translate_tokens(model, source, 7, beam_size=1), expected)
 
 
+def test_a_model_with_one_embedding_for_both_sides_translates():
+    model = sharpen(translation_model("shaw", vocab_size=14, share_embeddings=True))
+    source = _source()
+    np.testing.assert_array_equal(translate_tokens(model, source, 7), greedy_translation(model, source, 7))
+
+
 def test_translation_pads_after_eos():
     model = sharpen(translation_model("sinusoidal", vocab_size=4), factor=1.0)
     tokens = np.asarray(translate_tokens(model, _source(8), 10, temperature=1.0, seed=2))

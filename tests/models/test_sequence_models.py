@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
 from keras_selfattn.models.decoding import (
     decoder_logits,
     encode,
@@ -109,6 +110,33 @@ def test_save_and_load_without_custom_objects(build, tmp_path):
     model.save(path)
     restored = keras.models.load_model(path)
     np.testing.assert_allclose(restored(inputs), model(inputs), atol=1e-6)
+
+
+def test_translation_output_projection_is_the_target_embedding():
+    model = transformer_translation(20, 24, preset="tiny")
+    logits = model.get_layer("logits")
+    assert isinstance(logits, TiedOutputProjection) and logits.units == 24
+    assert logits.embedding is model.get_layer("target_embedding")
+    untied = transformer_translation(20, 24, preset="tiny", tie_output_projection=False)
+    assert isinstance(untied.get_layer("logits"), keras.layers.Dense)
+    assert untied.count_params() - model.count_params() == 64 * 24 + 24
+
+
+def test_joint_vocabulary_is_one_matrix_for_source_target_and_logits(tmp_path):
+    model = transformer_translation(20, 20, preset="tiny", share_embeddings=True)
+    layers = layers_by_name(model)
+    assert layers["target_embedding"] is layers["source_embedding"] is layers["logits"].embedding
+    assert sum("embeddings" in weight.path for weight in model.weights) == 1
+    path = str(tmp_path / "joint.keras")
+    model.save(path)
+    restored = layers_by_name(keras.models.load_model(path))
+    assert restored["target_embedding"] is restored["source_embedding"] is restored["logits"].embedding
+
+
+def test_translation_embeddings_start_at_the_papers_scale():
+    model = transformer_translation(4000, 4000, preset="tiny", share_embeddings=True)
+    table = ops.convert_to_numpy(model.get_layer("source_embedding").embeddings)
+    assert abs(table.std() - 64**-0.5) < 0.01 and abs(table.mean()) < 0.01
 
 
 class TestBadInput:
