@@ -1,108 +1,338 @@
-"""Image Transformer: fit on images, report held-out bits/dim, save the model.
+"""Image Transformer: train on images, report held-out bits/dim, draw
+samples, completions and attention, export for serving.
 
-The default data is scikit-learn's real 8x8 digits (offline, 20% held out);
-`--dataset cifar10` or `imagenet32` reads tensorflow-datasets when the data
-is downloaded or prepared in `--data_dir`.
+Data: by default scikit-learn's real 8x8 digits (offline, 20% held out);
+`--dataset cifar10` or `imagenet32` reads tensorflow-datasets (downloaded or
+prepared in `--data_dir`); `--image_dir` any folder of PNG/JPEG files, with
+classes from sub-folder names under `--labels_from_folders`.
 
-    python recipes/image_generation.py --attention local_1d --epochs 10
-    python recipes/image_generation.py --attention global --epochs 10
+The run prints and writes to `--model_dir`: held-out bits/dim next to the
+uniform and pixel-histogram baselines, `samples.png` (unconditional: a grid
+of samples; `--conditional`: one row per class), `completions.png` (held-out
+images with the top half given and the rest sampled three times, the
+original beside them, as in the paper's figure; the images in
+`completions.npz`), `attention.png` (for `--attention_pixel` of a held-out
+image, each head's attention weights over the image in the last block; for
+local 2D its memory block outlined), the trained `.keras` model,
+`report.json`, checkpoints, TensorBoard logs, and with `--export_dir` a
+SavedModel for TF Serving with the `sample` and `complete` signatures.
+
+    python recipes/image_generation.py --model_dir runs/digits --attention local_1d
+    python recipes/image_generation.py --model_dir runs/digits_2d --attention local_2d --conditional
+    python recipes/image_generation.py --model_dir runs/photos --image_dir ~/photos --image_size 16
 """
 
 import argparse
-import json
 import math
-import os
 import sys
+from pathlib import Path
 
-import keras
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402  (sets up the environment before Keras is imported)
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
-from keras_selfattn.data.images import digits, marginal_bits_per_dim, tfds_images  # noqa: E402
+import image_plots  # noqa: E402
+import image_recipes  # noqa: E402
 from keras_selfattn.models import (  # noqa: E402
     BitsPerDimension,
     MaskedSparseCategoricalCrossentropy,
     image_transformer,
 )
 
-DIGITS_MODEL = dict(
-    num_layers=4, hidden_dim=64, num_heads=4, feedforward_dim=256, block_length=16,
-    query_shape=(4, 4), memory_flange=(2, 2),
-)
+MODEL_NAME = "image_transformer"
+SERVING_NAME = "image_generation"  # the model's name in serving/models.config
+HELD_OUT_SPLITS = {"cifar10": "test", "imagenet32": "validation"}
+COMPLETIONS_PER_IMAGE = 3
+PRESETS = {
+    # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
+    "small": dict(
+        preset="tiny", num_layers=4, hidden_dim=64, num_heads=4, feedforward_dim=256,
+        block_length=16, query_pixels=(4, 4),
+    ),
+    "tiny": dict(preset="tiny"),
+    # The paper's CIFAR-10 configuration.
+    "cifar10": dict(preset="cifar10"),
+}
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[harness.parent_parser()],
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--dataset",
+        default="digits",
+        choices=("digits", "cifar10", "imagenet32"),
+        help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); cifar10, "
+        "imagenet32: tensorflow-datasets, prepared in --data_dir (held out: cifar10's test, "
+        "imagenet32's validation split)",
+    )
+    image_recipes.add_image_dir_flags(data, labels=True)
+    data.add_argument(
+        "--image_size",
+        type=harness.positive_int,
+        default=32,
+        help="--image_dir: side of the square images the model generates",
+    )
+    data.add_argument(
+        "--channels",
+        type=int,
+        choices=(1, 3),
+        default=3,
+        help="--image_dir: 1 grey or 3 RGB",
+    )
+    data.add_argument(
+        "--max_images",
+        type=harness.positive_int,
+        default=None,
+        help="cifar10, imagenet32: read at most this many training images (and a fifth as "
+        "many held out); default: all",
+    )
+    data.add_argument(
+        "--conditional",
+        action="store_true",
+        help="condition on the class label (digits, cifar10, or --image_dir with "
+        "--labels_from_folders); samples.png then has one row per class",
+    )
+    image_recipes.add_model_flags(
+        parser, PRESETS, default_preset="small", attentions=("local_1d", "local_2d", "global")
+    )
+    harness.add_training_flags(parser, epochs=10, steps_per_epoch=45, batch_size=32, learning_rate=2e-3)
+    harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=1.0)
+    figures = parser.add_argument_group("figures")
+    figures.add_argument(
+        "--samples",
+        type=harness.positive_int,
+        default=8,
+        help="samples per row of samples.png (unconditional: 4 rows; conditional: one row per class)",
+    )
+    figures.add_argument(
+        "--completions",
+        type=harness.positive_int,
+        default=6,
+        help="held-out images completed from their top half in completions.png (one row each)",
+    )
+    figures.add_argument(
+        "--attention_pixel",
+        type=image_recipes.non_negative_pair,
+        default=None,
+        help="ROW,COLUMN of the query pixel drawn in attention.png (default: the image's centre)",
+    )
+    return parser
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="digits", choices=["digits", "cifar10", "imagenet32"])
-    parser.add_argument("--data_dir", default=None)
-    parser.add_argument("--attention", default="local_1d", choices=["local_1d", "local_2d", "global"])
-    parser.add_argument("--conditional", action="store_true", help="condition on the class label")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--learning_rate", type=float, default=2e-3)
-    parser.add_argument("--output_dir", default="runs/image_generation")
-    parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.labels_from_folders and not args.image_dir:
+        raise harness.UsageError("--labels_from_folders reads classes from --image_dir; give --image_dir")
+    return args
 
 
-def load(args):
+# ------------------------------------------------------------------- data
+
+
+def load(args, run):
+    """`((train_pixels, train_labels), (test_pixels, test_labels), class_names)`."""
+    from keras_selfattn.data.images import digits
+
+    if args.image_dir:
+        size = (args.image_size, args.image_size)
+        return image_recipes.image_dir_split(args, run, size, args.channels)
     if args.dataset == "digits":
-        return digits(seed=args.seed)
-    return tfds_images(args.dataset, "train", args.data_dir), tfds_images(args.dataset, "test", args.data_dir)
-
-
-def build(args, image_shape, num_classes):
-    if args.dataset == "digits":
-        return image_transformer(
-            image_shape, preset="tiny", attention=args.attention, num_classes=num_classes, **DIGITS_MODEL
-        )
-    return image_transformer(image_shape, preset="cifar10", attention=args.attention, num_classes=num_classes)
+        run.log("embedded default: scikit-learn's 8x8 digits, 20% held out")
+        train, test = digits(seed=args.seed)
+        return train, test, [str(i) for i in range(10)]
+    held_out_limit = None if args.max_images is None else max(1, args.max_images // 5)
+    train = image_recipes.tfds_or_usage_error(args, run, args.dataset, "train", None, args.max_images, 3)
+    test = image_recipes.tfds_or_usage_error(
+        args, run, args.dataset, HELD_OUT_SPLITS[args.dataset], None, held_out_limit, 3
+    )
+    labels = train[1]
+    return train, test, [] if labels is None else [str(i) for i in range(int(labels.max()) + 1)]
 
 
 def model_inputs(pixels, labels, conditional):
     return {"pixels": pixels, "class_label": labels} if conditional else {"pixels": pixels}
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    keras.utils.set_random_seed(args.seed)
-    (train_pixels, train_labels), (test_pixels, test_labels) = load(args)
-    if args.conditional and train_labels is None:
-        raise ValueError(
-            f"`--conditional` needs class labels; the {args.dataset} data set has none."
-        )
-    num_classes = int(train_labels.max()) + 1 if args.conditional else None
-    model = build(args, train_pixels.shape[1:], num_classes)
+def training_dataset(inputs, batch_size, seed):
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, inputs["pixels"]))
+    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat()
+    return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+
+
+# ------------------------------------------------------------------ model
+
+
+def build_model(args, image_shape, num_classes):
+    overrides = image_recipes.model_overrides(args, PRESETS, image_shape)
+    try:
+        model = image_transformer(image_shape, num_classes=num_classes, **overrides)
+    except ValueError as error:
+        raise harness.UsageError(
+            f"--preset / --attention / --block_length / --query_shape / --memory_flange: {error}"
+        ) from None
     model.compile(
         optimizer=keras.optimizers.Adam(args.learning_rate),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=None),
         metrics=[BitsPerDimension()],
     )
-    model.fit(
-        model_inputs(train_pixels, train_labels, args.conditional),
-        train_pixels,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        validation_data=(model_inputs(test_pixels, test_labels, args.conditional), test_pixels),
-        verbose=2,
+    return model
+
+
+# ---------------------------------------------------------------- figures
+
+
+def sample(args, model, count, class_labels=None, known_pixels=None, known_rows=0, seed_offset=0):
+    from keras_selfattn.generation import sample_images
+
+    extra = {}
+    if class_labels is not None:
+        extra["class_labels"] = np.asarray(class_labels, "int32")
+    if known_pixels is not None:
+        extra.update(known_pixels=np.asarray(known_pixels).astype("uint8"), known_rows=known_rows)
+    images = sample_images(
+        model, count, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed + seed_offset, **extra,
     )
-    results = model.evaluate(
-        model_inputs(test_pixels, test_labels, args.conditional), test_pixels, verbose=0, return_dict=True
+    return keras.ops.convert_to_numpy(images)
+
+
+def write_samples(args, run, model, class_names):
+    if args.conditional:
+        classes = np.repeat(np.arange(len(class_names)), args.samples)
+        run.log(f"sampling {args.samples} images of each of {len(class_names)} classes ...")
+        images = sample(args, model, len(classes), class_labels=classes)
+        row_titles = [f"class {name}" for name in class_names]
+    else:
+        run.log(f"sampling {4 * args.samples} images ...")
+        images = sample(args, model, 4 * args.samples)
+        row_titles = None
+    rows = [list(images[i:i + args.samples]) for i in range(0, len(images), args.samples)]
+    path = image_plots.image_grid(
+        run.path("samples.png"), rows, row_titles=row_titles,
+        title=f"{args.attention} Image Transformer samples (temperature {args.temperature:g})",
     )
+    return run.wrote("samples grid", path)
+
+
+def write_completions(args, run, model, test_pixels, test_labels):
+    """Completes held-out images from their top half, three times each."""
+    count = min(args.completions, len(test_pixels))
+    originals = test_pixels[:count]
+    known_rows = originals.shape[1] // 2
+    run.log(f"completing {count} held-out images from their top {known_rows} rows ...")
+    given = np.repeat(originals, COMPLETIONS_PER_IMAGE, axis=0)
+    labels = np.repeat(test_labels[:count], COMPLETIONS_PER_IMAGE) if args.conditional else None
+    completed = sample(args, model, len(given), class_labels=labels, known_pixels=given,
+                       known_rows=known_rows, seed_offset=1)
+    completed = completed.reshape(count, COMPLETIONS_PER_IMAGE, *originals.shape[1:])
+    shown_given = originals.copy()
+    shown_given[:, known_rows:] = 128  # the part left to the model, drawn grey
+    rows = [[shown_given[i], *completed[i], originals[i]] for i in range(count)]
+    titles = ["given"] + [f"completion {k + 1}" for k in range(COMPLETIONS_PER_IMAGE)] + ["original"]
+    path = image_plots.image_grid(
+        run.path("completions.png"), rows, column_titles=titles,
+        title=f"held-out images completed from their top {known_rows} rows",
+    )
+    run.wrote("completions grid", path)
+    arrays = run.path("completions.npz")
+    np.savez_compressed(arrays, originals=originals, known_rows=known_rows, completions=completed)
+    run.wrote("completions (originals, known_rows, completions)", arrays)
+    return {"images": count, "known_rows": known_rows, "per_image": COMPLETIONS_PER_IMAGE}
+
+
+def write_attention(args, run, model, image, label=None):
+    from image_attention import attention_map
+
+    height, width = image.shape[:2]
+    pixel = args.attention_pixel or (height // 2, width // 2)
+    if not (pixel[0] < height and pixel[1] < width):
+        raise harness.UsageError(
+            f"--attention_pixel {pixel[0]},{pixel[1]} must lie in the {height} x {width} image"
+        )
+    weights, box = attention_map(model, image, pixel, class_label=label)
+    path = image_plots.attention_over_image(
+        run.path("attention.png"), image, weights, pixel, memory_box=box,
+        title=f"last block's attention of pixel {tuple(pixel)} over a held-out image ({args.attention})",
+    )
+    return run.wrote("attention weights over an image", path)
+
+
+# ------------------------------------------------------------------- main
+
+
+def main(argv=None, callbacks=()):
+    """Runs the recipe; returns the report dict."""
+    from keras_selfattn.data.images import marginal_bits_per_dim
+
+    args = parse_args(argv)
+    run = harness.start(args, recipe="image_generation")
+    (train_pixels, train_labels), (test_pixels, test_labels), class_names = load(args, run)
+    if args.conditional and train_labels is None:
+        raise harness.UsageError(
+            f"--conditional needs class labels; {image_recipes.data_source(args)} has none "
+            "(for --image_dir, add --labels_from_folders)"
+        )
+    num_classes = len(class_names) if args.conditional else None
+    image_shape = train_pixels.shape[1:]
+    with run.strategy.scope():
+        model = build_model(args, image_shape, num_classes)
+    run.log(
+        f"{MODEL_NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
+        f"{model.count_params():,} parameters; {len(train_pixels)} training images of {image_shape}, "
+        f"{len(test_pixels)} held out; training {args.epochs} epochs x {args.steps_per_epoch} "
+        f"steps of {args.batch_size}"
+    )
+    train = model_inputs(train_pixels, train_labels, args.conditional)
+    test = model_inputs(test_pixels, test_labels, args.conditional)
+    validation = {k: v[:256] for k, v in test.items()}
+    history = run.fit(
+        model, training_dataset(train, args.batch_size, args.seed),
+        validation_data=(validation, validation["pixels"]), callbacks=callbacks,
+    )
+    run.save_model(model, MODEL_NAME)
+    results = model.evaluate(test, test_pixels, batch_size=args.batch_size, verbose=0, return_dict=True)
+    bits = float(results["bits_per_dim"])
+    histogram = marginal_bits_per_dim(train_pixels, test_pixels)
+    run.log(
+        f"held-out bits/dim over {len(test_pixels)} images: {bits:.4f} (uniform {math.log2(256):.1f}, "
+        f"pixel histogram {histogram:.4f})"
+    )
+    write_samples(args, run, model, class_names)
+    completions = write_completions(args, run, model, test_pixels, test_labels)
+    write_attention(args, run, model, test_pixels[0], test_labels[0] if args.conditional else None)
     report = {
-        "dataset": args.dataset,
-        "attention": args.attention,
-        "parameters": model.count_params(),
-        "held_out_bits_per_dim": results["bits_per_dim"],
+        "model": {
+            "name": MODEL_NAME, "preset": args.preset, "attention": args.attention,
+            "image_shape": list(image_shape), "num_classes": num_classes,
+            "parameters": model.count_params(),
+        },
+        "data": {
+            "source": image_recipes.data_source(args),
+            "train_images": int(len(train_pixels)),
+            "held_out_images": int(len(test_pixels)),
+        },
+        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
+        "held_out_bits_per_dim": bits,
         "uniform_bits_per_dim": math.log2(256),
-        "pixel_histogram_bits_per_dim": marginal_bits_per_dim(train_pixels, test_pixels),
+        "pixel_histogram_bits_per_dim": histogram,
+        "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
+        "completions": completions,
     }
-    os.makedirs(args.output_dir, exist_ok=True)
-    model.save(os.path.join(args.output_dir, f"image_transformer_{args.attention}.keras"))
-    print(json.dumps(report, indent=2))
+    run.export(model, SERVING_NAME)
+    report = run.write_report(report)
+    run.finish()
     return report
 
 
 if __name__ == "__main__":
-    main()
+    harness.run_cli(main)

@@ -132,7 +132,8 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
         type=pair,
         default=None,
         help="local_2d: query block HEIGHT,WIDTH in pixels (the width counts each pixel's "
-        "channels as positions; default: 8,8 capped at the image, the celeba preset's own)",
+        "channels as positions; default: the preset's query_pixels, else 8,8, capped at the "
+        "image; the paper presets' own)",
     )
     group.add_argument(
         "--memory_flange",
@@ -145,7 +146,7 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
 
 
 def _describe(config):
-    shown = {k: v for k, v in config.items() if k not in ("preset",)}
+    shown = {k: v for k, v in config.items() if k != "preset"}
     base = f"keras_selfattn's {config['preset']!r} preset"
     return base + (" with " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
 
@@ -154,11 +155,12 @@ def model_overrides(args, presets, image_shape):
     """Builder keyword arguments for `--preset`, `--attention`,
     `--block_length`, `--query_shape` and `--memory_flange`."""
     overrides = dict(presets[args.preset], attention=args.attention)
+    default_query = overrides.pop("query_pixels", (8, 8))
     height, width, channels = image_shape
     query, flange = args.query_shape, args.memory_flange
     own_blocks = overrides["preset"] in ("celeba", "cifar10")
     if query is None and not own_blocks:
-        query = (min(8, height), min(8, width))
+        query = (min(default_query[0], height), min(default_query[1], width))
     if flange is None and not own_blocks:
         base = query if query is not None else (height, width)
         flange = (base[0] // 2, base[1] // 2)
@@ -175,9 +177,10 @@ def model_overrides(args, presets, image_shape):
 
 
 def image_dir_split(args, run, size, channels):
-    """`((train_pixels, train_labels), (test_pixels, test_labels))` of
-    `--image_dir`, `--holdout_fraction` of the files held out; labels are
-    `None` without `--labels_from_folders`."""
+    """`((train_pixels, train_labels), (test_pixels, test_labels),
+    class_names)` of `--image_dir`, `--holdout_fraction` of the files held
+    out; labels are `None` (and `class_names` empty) without
+    `--labels_from_folders`."""
     from keras_selfattn.data.images import read_image_folder, split_held_out
 
     labels_from_folders = getattr(args, "labels_from_folders", False)
@@ -199,6 +202,7 @@ def image_dir_split(args, run, size, channels):
     return (
         (folder.pixels[train], None if labels is None else labels[train]),
         (folder.pixels[test], None if labels is None else labels[test]),
+        list(folder.class_names),
     )
 
 

@@ -150,7 +150,7 @@ def load_images(args, run):
 
     size = (args.size, args.size)
     if args.image_dir:
-        (train, _), (test, _) = image_recipes.image_dir_split(args, run, size, args.channels)
+        (train, _), (test, _), _ = image_recipes.image_dir_split(args, run, size, args.channels)
         return train, test
     if args.dataset == "celeb_a":
         train = image_recipes.tfds_or_usage_error(

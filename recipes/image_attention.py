@@ -1,0 +1,103 @@
+"""One query pixel's attention weights in an Image Transformer's decoder,
+read from the model's own layers (the local layers return no scores).
+
+The query is the pixel's first sub-pixel; a key pixel's weight is the sum
+over its sub-pixels. What a query may see follows its layer: `global`
+attention every earlier sub-pixel in raster order, `local_1d` its block up
+to itself and the block before, `local_2d` its causal memory block (the
+flange rows above, the flange columns to the left, its own block up to
+itself in raster order).
+"""
+
+import numpy as np
+from keras import ops
+
+from keras_selfattn.models.decoding import layers_by_name, numbered_layers
+from keras_selfattn.models.image_common import embed_pixels, shift_right, to_attention_layout
+from keras_selfattn.ops.blocking_2d import causal_memory_mask_2d, memory_pixels_2d
+
+
+def decoder_inputs(model, image, class_label=None, block_index=-1):
+    """`(layers, block, h, grid_shape)`: the decoder block `block_index`, the
+    normalised input of its self-attention `[1, positions, hidden]` in raster
+    order of the position grid, and that grid's `(rows, columns)`, for
+    `image [H, W, C]`."""
+    layers = layers_by_name(model)
+    blocks = numbered_layers(layers, "decoder_block_")
+    target = blocks[block_index]
+    attention = target.self_attention
+    local_2d = hasattr(attention, "query_shape")
+    query_shape = tuple(attention.query_shape) if local_2d else None
+    pixels = ops.convert_to_tensor(np.asarray(image, "int32")[None])
+    grid = embed_pixels(pixels, layers["pixel_embedding"], "categorical")
+    x = to_attention_layout(grid, "local_2d" if local_2d else "global")
+    x = shift_right(x, "local_2d" if local_2d else "global", query_shape)
+    if class_label is not None:
+        condition = layers["class_embedding"](ops.convert_to_tensor(np.array([class_label], "int32")))
+        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
+    x = x + layers["target_position"](x)
+    for block in blocks:
+        if block is target:
+            break
+        x = block(x)
+    h = target._self_attention_norm(x) if target.norm_first else x
+    return layers, target, ops.reshape(h, (1, -1, h.shape[-1])), grid.shape[1:3]
+
+
+def visible_positions(attention, grid_shape, query):
+    """`[positions]` bool: which raster positions of the grid the query
+    position `(row, column)` attends to, and the memory box
+    `(top, left, bottom, right)` in grid units (`None` unless local 2D)."""
+    rows, columns = grid_shape
+    raster = np.arange(rows * columns)
+    query_index = query[0] * columns + query[1]
+    if hasattr(attention, "query_shape"):
+        (qh, qw), (fh, fw) = attention.query_shape, attention.memory_flange
+        block = (query[0] // qh, query[1] // qw)
+        memory_rows, memory_columns = (
+            ops.convert_to_numpy(v) for v in memory_pixels_2d(block[0], block[1], (qh, qw), (fh, fw), True)
+        )
+        allowed = ops.convert_to_numpy(causal_memory_mask_2d((qh, qw), (fh, fw)))[
+            (query[0] % qh) * qw + query[1] % qw
+        ]
+        inside = (memory_rows >= 0) & (memory_rows < rows) & (memory_columns >= 0) & (memory_columns < columns)
+        keep = allowed & inside
+        visible = np.zeros(rows * columns, bool)
+        visible[memory_rows[keep] * columns + memory_columns[keep]] = True
+        top, left = block[0] * qh - fh, block[1] * qw - fw
+        box = (max(top, 0), max(left, 0), min((block[0] + 1) * qh, rows), min((block[1] + 1) * qw + fw, columns))
+        return visible, box
+    if hasattr(attention, "block_length"):
+        first = (query_index // attention.block_length - 1) * attention.block_length
+        return (raster >= first) & (raster <= query_index), None
+    return raster <= query_index, None
+
+
+def query_attention(attention, h, grid_shape, query):
+    """`[heads, positions]` softmax weights of the query position over the
+    grid (zero where it cannot attend), from the layer's projections."""
+    visible, box = visible_positions(attention, grid_shape, query)
+    query_index = query[0] * grid_shape[1] + query[1]
+    q = ops.convert_to_numpy(attention.query_dense(h))[0, query_index].astype("float64")  # [heads, dim]
+    k = ops.convert_to_numpy(attention.key_dense(h))[0].astype("float64")  # [positions, heads, dim]
+    logits = np.einsum("hd,phd->hp", q, k) * float(attention.logit_scale)
+    logits = np.where(visible[None], logits, -np.inf)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    return weights / weights.sum(-1, keepdims=True), box
+
+
+def attention_map(model, image, pixel, class_label=None, block_index=-1):
+    """`([heads, H, W] weights, memory box in pixels or None)` of the
+    query pixel `(row, column)` of `image [H, W, C]` in decoder block
+    `block_index` (default: the last)."""
+    image = np.asarray(image)
+    channels = image.shape[-1]
+    _, block, h, grid_shape = decoder_inputs(model, image, class_label, block_index)
+    query = (pixel[0], pixel[1] * channels)
+    weights, box = query_attention(block.self_attention, h, grid_shape, query)
+    heads = weights.shape[0]
+    per_pixel = weights.reshape(heads, image.shape[0], image.shape[1], channels).sum(-1)
+    if box is not None:
+        top, left, bottom, right = box
+        box = (top, left // channels, bottom, -(-right // channels))
+    return per_pixel, box
