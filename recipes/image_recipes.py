@@ -132,21 +132,22 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
         type=pair,
         default=None,
         help="local_2d: query block HEIGHT,WIDTH in pixels (the width counts each pixel's "
-        "channels as positions; default: the preset's query_pixels, else 8,8, capped at the "
-        "image; the paper presets' own)",
+        "channels as positions; default: the --preset's query_shape if it names one, else 8,8, "
+        "capped at the image; the paper presets keep their own)",
     )
     group.add_argument(
         "--memory_flange",
         type=non_negative_pair,
         default=None,
         help="local_2d: memory flange HEIGHT,WIDTH in pixels around a query block (default: half "
-        "the query block, the celeba preset's own)",
+        "the query block; the paper presets keep their own)",
     )
     return group
 
 
 def _describe(config):
-    shown = {k: v for k, v in config.items() if k != "preset"}
+    names = {"query_pixels": "query_shape (pixels)"}
+    shown = {names.get(k, k): v for k, v in config.items() if k != "preset"}
     base = f"keras_selfattn's {config['preset']!r} preset"
     return base + (" with " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
 
