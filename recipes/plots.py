@@ -118,3 +118,45 @@ def attention_heads(path, weights, query_positions, *, boundary=None, title=None
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
+    """Draws each head's attention of the query tokens over the key tokens,
+    one panel per head side by side, the tokens written on the axes (e.g. a
+    translation's cross-attention: target pieces over source pieces).
+
+    Args:
+        path: the PNG file to write.
+        weights: `[heads, queries, keys]` attention weights (rows sum to 1).
+        query_tokens: one label per query row.
+        key_tokens: one label per key column.
+        title: the figure title.
+
+    Returns:
+        `path`.
+    """
+    weights = np.asarray(weights, dtype="float32")
+    if weights.ndim != 3 or weights.shape[1:] != (len(query_tokens), len(key_tokens)):
+        raise ValueError(
+            f"`weights` must be [heads, {len(query_tokens)} queries, {len(key_tokens)} keys], "
+            f"got shape {weights.shape}"
+        )
+    heads, queries, keys = weights.shape
+    panel = (1.0 + 0.28 * keys, 1.0 + 0.28 * queries)
+    figure, axes = plt.subplots(
+        1, heads, figsize=(max(4.0, panel[0]) * heads, max(3.0, panel[1]) + 1.0), dpi=100, squeeze=False
+    )
+    for head, axis in enumerate(axes[0]):
+        axis.imshow(weights[head], aspect="auto", interpolation="nearest", cmap="magma", vmin=0.0, vmax=1.0)
+        axis.set_xticks(range(keys), key_tokens, rotation=90, fontsize=8)
+        axis.set_yticks(range(queries), query_tokens if head == 0 else [""] * queries, fontsize=8)
+        axis.set_title(f"head {head + 1}")
+    axes[0, 0].set_ylabel("target")
+    for axis in axes[0]:
+        axis.set_xlabel("source")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

@@ -1,0 +1,649 @@
+"""Transformer translation on real sentence pairs: train, score held-out BLEU
+and chrF (greedy and beam search) against a copy-the-source baseline, export
+for serving.
+
+Data: by default the 23.6k German-English example sentences of the Ding
+dictionary (Debian's `trans-de-en`, fetched once with `apt-get download`
+into `--data_dir`); `--pairs_tsv FILE` for any language pair (one
+`source<TAB>target` pair a line); `--wmt14 de-en` (or another config) for the
+papers' WMT14 through tensorflow-datasets, prepared beforehand in
+`--tfds_dir` (held out: newstest2014). Ding and TSV pairs are split with
+`--held_out_fraction` of the distinct sources held out. `--direction`
+chooses which side is the source. One joint SentencePiece vocabulary is
+trained on the training pairs' two sides and saved beside the model; the
+model shares one matrix between the source embedding, the target embedding
+and the output projection (Vaswani et al. 3.4). Batches hold at most
+`--tokens_per_batch` tokens a side, bucketed by length as tensor2tensor does;
+the loss is label-smoothed cross-entropy (0.1) and the learning rate the
+paper's rsqrt warmup schedule with Adam (0.9, 0.98, 1e-9).
+
+The run prints and writes to `--model_dir`: the held-out corpus BLEU and chrF
+(sacrebleu) of greedy decoding, of beam search (`--beam_size`, `--alpha`)
+and of copying the source, sample translations beside their references,
+`attention.png` (the last decoder block's attention over the source for one
+held-out sentence, one panel per head), `translations.tsv` (every held-out
+source, reference, greedy and beam translation), `sentencepiece.model`, the
+trained `.keras` model, `report.json`, checkpoints, TensorBoard logs, and
+with `--export_dir` a SavedModel for TF Serving whose `translate` signature
+takes and returns strings.
+
+    python recipes/translate.py --model_dir runs/ding --position shaw
+    python recipes/translate.py --model_dir runs/wmt --wmt14 de-en --direction reverse \\
+        --preset base --steps 100000 --tokens_per_batch 4096 --vocab_size 32000 \\
+        --mixed_precision --strategy mirrored --export_dir runs/serving
+"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402  (sets up the environment before Keras is imported)
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import plots  # noqa: E402
+from keras_selfattn.models import (  # noqa: E402
+    MaskedSparseCategoricalCrossentropy,
+    NegativeLogLikelihoodPerToken,
+    RsqrtWarmupSchedule,
+    transformer_translation,
+)
+from keras_selfattn.models.decoding import embed_tokens, layers_by_name, numbered_layers  # noqa: E402
+from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
+
+MODEL_NAME = "transformer_translation"
+SERVING_NAME = "translation"  # the model's name in serving/models.config
+SENTENCEPIECE_FILE = "sentencepiece.model"
+DIRECTIONS = ("forward", "reverse")
+VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
+LENGTH_STEP = 8  # decoding batches pad sources to a multiple of this (fewer traces)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[harness.parent_parser()],
+    )
+    _add_data_flags(parser)
+    _add_model_flags(parser)
+    _add_training_flags(parser)
+    _add_evaluation_flags(parser)
+    return parser
+
+
+def _add_data_flags(parser):
+    data = parser.add_argument_group("data")
+    source = data.add_mutually_exclusive_group()
+    source.add_argument(
+        "--pairs_tsv",
+        default=None,
+        help="UTF-8 file of `source<TAB>target` lines, any language pair (blank lines, lines "
+        "without a tab, empty sides and repeated pairs are skipped and counted); default: the "
+        "Ding dictionary's German-English example sentences, fetched into --data_dir",
+    )
+    source.add_argument(
+        "--wmt14",
+        default=None,
+        metavar="CONFIG",
+        help="WMT14 through tensorflow-datasets (wmt14_translate/CONFIG: cs-en, de-en, fr-en, "
+        "hi-en, ru-en), prepared in --tfds_dir; trains on --wmt14_train_split, holds out "
+        "newstest2014",
+    )
+    data.add_argument(
+        "--tfds_dir",
+        default=None,
+        help="with --wmt14: the tensorflow-datasets folder holding the prepared data (default: "
+        "tensorflow-datasets' own, ~/tensorflow_datasets)",
+    )
+    data.add_argument(
+        "--wmt14_train_split",
+        default="train",
+        help="with --wmt14: the training split, e.g. train or train[:10%%]",
+    )
+    data.add_argument(
+        "--direction",
+        default="forward",
+        choices=DIRECTIONS,
+        help="forward: the first side is the source (Ding: German to English; a TSV's first "
+        "column; WMT14 de-en: German); reverse: the second side is the source",
+    )
+    data.add_argument(
+        "--held_out_fraction",
+        type=_fraction,
+        default=0.05,
+        help="Ding and --pairs_tsv: the fraction of distinct source sentences held out with all "
+        "their pairs (none of them is trained on)",
+    )
+    data.add_argument(
+        "--vocab_size",
+        type=harness.positive_int,
+        default=8000,
+        help="pieces of the joint SentencePiece vocabulary (ids 0 padding, 1 end, 2 unknown), "
+        "trained on the training pairs and saved as MODEL_DIR/sentencepiece.model (a resumed run "
+        "reuses it)",
+    )
+    data.add_argument(
+        "--max_length",
+        type=harness.positive_int,
+        default=64,
+        help="longest side trained on, in pieces with the end token (longer pairs are left out "
+        "of training); also the most pieces a translation may have",
+    )
+
+
+def _add_model_flags(parser):
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--preset",
+        default="tiny",
+        choices=sorted(TRANSLATION_PRESETS),
+        help="model size: tiny (2 layers, width 64, pre-norm; CPU minutes), base (Vaswani et al.: "
+        "6 layers, width 512, 8 heads) or big (width 1024, 16 heads)",
+    )
+    model.add_argument(
+        "--position",
+        default="sinusoidal",
+        choices=POSITIONS,
+        help="sinusoidal: the absolute position signal added to the embeddings (Vaswani et al.); "
+        "shaw: relative position representations in every self-attention and no absolute signal "
+        "(Shaw et al. 2018)",
+    )
+    model.add_argument(
+        "--max_relative_position",
+        type=harness.positive_int,
+        default=None,
+        help="with --position shaw: the distance beyond which relative positions are clipped "
+        "(default: the preset's, 16 for base and big as in Shaw et al., 8 for tiny)",
+    )
+    model.add_argument(
+        "--dropout",
+        type=_dropout_rate,
+        default=None,
+        help="dropout rate of attention, residuals and feed-forward layers (default: the "
+        "preset's: tiny 0.0, base 0.1, big 0.3)",
+    )
+
+
+def _add_training_flags(parser):
+    training = parser.add_argument_group("training")
+    training.add_argument(
+        "--steps", type=harness.positive_int, default=2000,
+        help="optimizer steps in all; a multiple of --steps_per_epoch",
+    )
+    training.add_argument(
+        "--steps_per_epoch",
+        type=harness.positive_int,
+        default=250,
+        help="optimizer steps per epoch (an epoch is also when checkpoints, backups, TensorBoard "
+        "points and the held-out loss happen)",
+    )
+    training.add_argument(
+        "--tokens_per_batch",
+        type=harness.positive_int,
+        default=2048,
+        help="the most tokens a batch holds on each side (padding included), split across the "
+        "strategy's replicas; pairs of similar length are batched together (tensor2tensor's "
+        "buckets), so short sentences come in larger batches",
+    )
+    training.add_argument(
+        "--warmup_steps",
+        type=harness.positive_int,
+        default=1000,
+        help="steps of the rsqrt schedule's linear warmup (the paper: 4000); the rate then falls "
+        "as 1/sqrt(step)",
+    )
+    training.add_argument(
+        "--learning_rate",
+        type=harness.positive_float,
+        default=1.0,
+        help="a multiplier on the schedule width**-0.5 * min(step**-0.5, step * warmup**-1.5) "
+        "(1.0 is the paper's; tensor2tensor's learning_rate hyperparameter)",
+    )
+    training.add_argument(
+        "--label_smoothing",
+        type=_smoothing,
+        default=0.1,
+        help="label smoothing of the cross-entropy (the paper: 0.1)",
+    )
+
+
+def _add_evaluation_flags(parser):
+    evaluation = parser.add_argument_group("evaluation")
+    evaluation.add_argument(
+        "--beam_size", type=harness.positive_int, default=4,
+        help="beam width of the beam-search translations and of the exported `translate` "
+        "signature (the paper: 4; 1 decodes greedily)",
+    )
+    evaluation.add_argument(
+        "--alpha", type=harness.non_negative_float, default=0.6,
+        help="beam search's length penalty exponent, ((5 + length) / 6) ** alpha (the paper: 0.6)",
+    )
+    evaluation.add_argument(
+        "--eval_pairs", type=harness.non_negative_int, default=0,
+        help="score at most this many held-out pairs (evenly spread); 0 means all",
+    )
+    evaluation.add_argument(
+        "--decode_batch_size", type=harness.positive_int, default=64,
+        help="source sentences translated at once in the evaluation",
+    )
+    evaluation.add_argument(
+        "--samples", type=harness.non_negative_int, default=8,
+        help="held-out translations printed beside their sources and references",
+    )
+    evaluation.add_argument(
+        "--bleu_tokenize", default="13a",
+        help="sacrebleu's BLEU tokenizer: 13a (its default, for most languages), intl, zh, ja-mecab, "
+        "ko-mecab, char, none, ...",
+    )
+
+
+def _unit_interval(expected, include_zero):
+    """A flag type for numbers in [0, 1) (`include_zero`) or (0, 1)."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not (0.0 <= value < 1.0) or (value == 0.0 and not include_zero):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = expected
+    return parse
+
+
+_fraction = _unit_interval("a number in (0, 1)", include_zero=False)
+_dropout_rate = _unit_interval("a number in [0, 1)", include_zero=True)
+_smoothing = _dropout_rate
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.steps % args.steps_per_epoch:
+        raise harness.UsageError(
+            f"`--steps` ({args.steps}) must be a multiple of `--steps_per_epoch` "
+            f"({args.steps_per_epoch}): training runs whole epochs"
+        )
+    args.epochs = args.steps // args.steps_per_epoch
+    if args.tokens_per_batch < args.max_length:
+        raise harness.UsageError(
+            f"`--tokens_per_batch` ({args.tokens_per_batch}) must be at least `--max_length` "
+            f"({args.max_length}), so that a batch holds one pair of the longest length"
+        )
+    if args.max_length < 2:
+        raise harness.UsageError(f"`--max_length` must be >= 2 (a piece and the end token); got {args.max_length}")
+    return args
+
+
+# ------------------------------------------------------------------- data
+
+
+def load_pairs(args, run, text):
+    """`(train, held_out, facts)`: sentence pairs as `(source, target)` in
+    the `--direction` asked for, and what the report says about them."""
+    if args.wmt14:
+        return _wmt14_pairs(args, run, text)
+    if args.pairs_tsv:
+        pairs, counts = _tsv_pairs(args, run, text)
+        facts = {"source": str(Path(args.pairs_tsv).expanduser()), "line_counts": counts}
+    else:
+        data_dir = Path(args.data_dir).expanduser() / "text" if args.data_dir else text.default_data_dir()
+        run.log(f"the Ding dictionary's German-English example sentences (Debian {text.DING_PACKAGE}) in {data_dir}")
+        try:
+            pairs = text.ding_pairs(data_dir)
+        except RuntimeError as error:
+            raise harness.UsageError(str(error)) from None
+        facts = {"source": f"Ding dictionary (Debian {text.DING_PACKAGE})"}
+    pairs = _directed(pairs, args.direction)
+    try:
+        train, held_out = text.split_pairs(pairs, args.held_out_fraction, seed=args.seed)
+    except ValueError as error:
+        raise harness.UsageError(f"{args.pairs_tsv or 'the Ding pairs'}: {error}") from None
+    return train, held_out, facts
+
+
+def _tsv_pairs(args, run, text):
+    try:
+        pairs, counts = text.read_pairs_tsv(args.pairs_tsv)
+    except FileNotFoundError:
+        raise harness.UsageError(f"`--pairs_tsv` {args.pairs_tsv!r} does not exist") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise harness.UsageError(f"--pairs_tsv: {error}") from None
+    skipped = {reason: count for reason, count in counts.items() if reason not in ("lines", "kept") and count}
+    run.log(
+        f"{args.pairs_tsv}: {counts['kept']:,} pairs from {counts['lines']:,} lines"
+        + (f"; skipped: {', '.join(f'{count} {reason}' for reason, count in skipped.items())}" if skipped else "")
+    )
+    return pairs, counts
+
+
+def _wmt14_pairs(args, run, text):
+    if args.wmt14 not in text.WMT14_CONFIGS:
+        raise harness.UsageError(f"`--wmt14` must be one of {', '.join(text.WMT14_CONFIGS)}; got {args.wmt14!r}")
+    tfds_dir = args.tfds_dir or str(Path.home() / "tensorflow_datasets")
+    splits = {}
+    for name, split in (("train", args.wmt14_train_split), ("held_out", "test")):
+        run.log(f"reading wmt14_translate/{args.wmt14} {split} from {tfds_dir} ...")
+        try:
+            splits[name] = _directed(text.wmt14_pairs(tfds_dir, args.wmt14, split), args.direction)
+        except FileNotFoundError as error:
+            raise harness.UsageError(f"--wmt14 / --tfds_dir: {error}") from None
+    facts = {"source": f"wmt14_translate/{args.wmt14}", "held_out_split": "test (newstest2014)"}
+    return splits["train"], splits["held_out"], facts
+
+
+def _directed(pairs, direction):
+    return list(pairs) if direction == "forward" else [(target, source) for source, target in pairs]
+
+
+def sentencepiece_file(args, run, text, train):
+    """The joint vocabulary's `.model` file in the model folder, trained on
+    the training pairs' two sides unless a resumed run left one there."""
+    path = run.path(SENTENCEPIECE_FILE)
+    if path.is_file():
+        run.log(f"reusing the SentencePiece vocabulary {path}")
+    else:
+        run.log(f"training a joint SentencePiece vocabulary of {args.vocab_size} pieces on {len(train):,} pairs ...")
+        try:
+            text.train_sentencepiece(
+                (side for pair in train for side in pair), path, args.vocab_size, seed=args.seed
+            )
+        except ValueError as error:
+            raise harness.UsageError(str(error)) from None
+    return run.wrote("SentencePiece vocabulary", path)
+
+
+def counted(dataset):
+    """`dataset` with its number of batches known (Keras warns that a
+    dataset of unknown length "ran out of data" at the end of each pass)."""
+    import tensorflow as tf
+
+    batches = sum(1 for _ in dataset)
+    return dataset.apply(tf.data.experimental.assert_cardinality(batches))
+
+
+def spread(items, limit):
+    """At most `limit` of `items` (0 = all), evenly spread, in order."""
+    if not limit or len(items) <= limit:
+        return list(items)
+    return [items[index] for index in np.linspace(0, len(items) - 1, limit).round().astype(int)]
+
+
+# ------------------------------------------------------------------ model
+
+
+def build_model(args, vocab_size):
+    """The compiled model: one matrix for both embeddings and the logits,
+    Adam on the rsqrt warmup schedule, label-smoothed cross-entropy."""
+    overrides = {"share_embeddings": True, "tie_output_projection": True}
+    if args.dropout is not None:
+        overrides["dropout"] = args.dropout
+    if args.max_relative_position is not None:
+        overrides["max_relative_position"] = args.max_relative_position
+    model = transformer_translation(
+        vocab_size, vocab_size, preset=args.preset, position=args.position, **overrides
+    )
+    width = TRANSLATION_PRESETS[args.preset]["hidden_dim"]
+    schedule = RsqrtWarmupSchedule(width, warmup_steps=args.warmup_steps, scale=args.learning_rate)
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=args.label_smoothing, pad_id=0),
+        metrics=[NegativeLogLikelihoodPerToken(pad_id=0, name="nll_per_token")],
+    )
+    # Built here rather than in the first step of `fit`: one trace fewer.
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def model_setting(args, name):
+    """The flag's value, else the preset's."""
+    value = getattr(args, name)
+    return TRANSLATION_PRESETS[args.preset][name] if value is None else value
+
+
+# ------------------------------------------------------------- evaluation
+
+
+class Translator:
+    """Held-out sentences in, translated text out, in length-sorted batches
+    of source ids padded to a few shapes (one compiled graph per shape)."""
+
+    def __init__(self, model, processor, args):
+        self.model = model
+        self.processor = processor
+        self.args = args
+
+    def source_ids(self, sentence):
+        return self.processor.encode(sentence) + [self.processor.eos_id()]
+
+    def translate(self, sentences, beam_size):
+        """`(texts, token lists)` of `sentences` in order."""
+        from keras_selfattn.generation import translate_tokens
+
+        encoded = [self.source_ids(sentence) for sentence in sentences]
+        order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
+        size = self.args.decode_batch_size
+        tokens = [None] * len(encoded)
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            width = LENGTH_STEP * math.ceil(max(len(encoded[row]) for row in rows) / LENGTH_STEP)
+            batch = np.zeros((size, width), "int32")
+            for slot, row in enumerate(rows):
+                batch[slot, : len(encoded[row])] = encoded[row]
+            result = keras.ops.convert_to_numpy(
+                translate_tokens(self.model, batch, self.args.max_length, beam_size=beam_size, alpha=self.args.alpha)
+            )
+            for slot, row in enumerate(rows):
+                tokens[row] = _until_eos(result[slot], self.processor.eos_id())
+        return [self.processor.decode(ids) for ids in tokens], tokens
+
+
+def _until_eos(ids, eos_id):
+    ids = [int(i) for i in ids]
+    return ids[: ids.index(eos_id)] if eos_id in ids else [i for i in ids if i != 0]
+
+
+def corpus_scores(hypotheses, references, tokenize):
+    """sacrebleu corpus BLEU and chrF of `hypotheses` against one reference each."""
+    import sacrebleu
+
+    bleu = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "bleu_details": str(bleu_score),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def evaluate(args, run, translator, held_out):
+    """Scores greedy, beam and copy-the-source translations of the held-out
+    pairs (at most `--eval_pairs`, one reference each; a source held out
+    with several targets is translated once).
+
+    Returns:
+        `(report, scored pairs, {"greedy" | "beam": {source: (text, ids)}})`.
+    """
+    pairs = spread(held_out, args.eval_pairs)
+    sources = list(dict.fromkeys(source for source, _ in pairs))
+    references = [target for _, target in pairs]
+    decodings = {"greedy": 1, "beam": args.beam_size}
+    translations, report = {}, {"pairs": len(pairs), "distinct_sources": len(sources)}
+    for name, beam_size in decodings.items():
+        run.log(f"translating {len(sources):,} held-out sources, {name} (beam {beam_size}) ...")
+        texts, tokens = translator.translate(sources, beam_size)
+        translations[name] = dict(zip(sources, zip(texts, tokens)))
+    hypotheses = {
+        name: [translations[name][source][0] for source, _ in pairs] for name in decodings
+    }
+    hypotheses["copy_source"] = [source for source, _ in pairs]
+    report["scores"] = {}
+    for name, texts in hypotheses.items():
+        scores = corpus_scores(texts, references, args.bleu_tokenize)
+        report["scores"][name] = scores
+        run.log(f"held-out {name:<11}: BLEU {scores['bleu']:5.2f}  chrF {scores['chrf']:5.2f}")
+    report["beam_size"], report["alpha"] = args.beam_size, args.alpha
+    return report, pairs, translations
+
+
+def sample_lines(pairs, translations, count):
+    """`[{source, reference, greedy, beam}]` of `count` held-out pairs, evenly spread."""
+    samples = []
+    for source, reference in spread(pairs, count):
+        samples.append(
+            {
+                "source": source,
+                "reference": reference,
+                "greedy": translations["greedy"][source][0],
+                "beam": translations["beam"][source][0],
+            }
+        )
+    return samples
+
+
+def print_samples(run, samples):
+    run.log(f"{len(samples)} held-out translations:")
+    for sample in samples:
+        for label in ("source", "reference", "greedy", "beam"):
+            print(f"  {label:>9}: {sample[label]}")
+        print()
+
+
+def write_translations(run, pairs, translations):
+    path = run.path("translations.tsv")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("source\treference\tgreedy\tbeam\n")
+        for source, reference in pairs:
+            row = (source, reference, translations["greedy"][source][0], translations["beam"][source][0])
+            handle.write("\t".join(" ".join(field.split()) for field in row) + "\n")
+    return run.wrote("held-out translations (TSV)", path)
+
+
+def cross_attention(model, source_ids, target_ids, block_index=-1):
+    """`[heads, target, source]` attention weights of one decoder block over
+    the source, for the model's decoder inputs (start token, then
+    `target_ids`), from a forward pass of the model's own layers."""
+    from keras_selfattn.layers.transformer_block_parts import residual_connection
+    from keras_selfattn.models.decoding import encode
+
+    layers = layers_by_name(model)
+    source = keras.ops.convert_to_tensor(np.asarray(source_ids, "int32")[None])
+    decoder_inputs = keras.ops.convert_to_tensor(np.asarray([0] + list(target_ids), "int32")[None])
+    encoder_outputs, mask = encode(layers, source)
+    blocks = numbered_layers(layers, "decoder_block_")
+    target = block_index % len(blocks)
+    x = embed_tokens(layers["target_embedding"], decoder_inputs, layers.get("target_position"))
+    for block in blocks[:target]:
+        x = block(x, encoder_outputs=encoder_outputs, encoder_padding_mask=mask)
+    block = blocks[target]
+    x = residual_connection(
+        x, lambda h: block.self_attention(h, use_causal_mask=True), block._self_attention_norm,
+        block._residual_dropout, block.norm_first, False,
+    )
+    query = block._cross_attention_norm(x) if block.norm_first else x
+    _, scores = block.cross_attention(
+        query, encoder_outputs, value_mask=mask, return_attention_scores=True
+    )
+    return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
+
+
+def attention_figure(run, model, translator, samples):
+    """attention.png for the first sample of 4 to 20 source pieces (else the
+    first): its beam translation's attention over its source."""
+    processor = translator.processor
+    fitting = [s for s in samples if 4 <= len(translator.source_ids(s["source"])) <= 20]
+    sample = (fitting or samples)[0]
+    source_ids = translator.source_ids(sample["source"])
+    target_ids = processor.encode(sample["beam"]) + [processor.eos_id()]
+    # Query i predicts target piece i: its row is labelled with that piece.
+    weights = cross_attention(model, source_ids, target_ids)[:, : len(target_ids)]
+    figure = plots.token_attention(
+        run.path("attention.png"), weights, [processor.id_to_piece(i) for i in target_ids],
+        [processor.id_to_piece(i) for i in source_ids],
+        title=f"last decoder block's attention over the source: {sample['source']!r}",
+    )
+    return run.wrote("attention over the source (PNG)", figure), sample["source"]
+
+
+# ------------------------------------------------------------------- main
+
+
+def main(argv=None, callbacks=()):
+    """Runs the recipe; returns the report dict.
+
+    `callbacks` are extra Keras callbacks for `fit` (after the harness's own).
+    """
+    args = parse_args(argv)
+    run = harness.start(args, recipe="translate")
+    import sentencepiece
+
+    from keras_selfattn.data import text
+
+    train, held_out, data_facts = load_pairs(args, run, text)
+    run.log(f"{len(train):,} training pairs, {len(held_out):,} held-out pairs ({args.direction})")
+    vocabulary = sentencepiece_file(args, run, text, train)
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary))
+    tokenizer = text.tokenizer_from_file(vocabulary)
+    dataset = text.translation_dataset(
+        train, tokenizer, args.tokens_per_batch, args.max_length, shuffle=True, seed=args.seed
+    ).repeat()
+    validation = counted(text.translation_dataset(
+        spread(held_out, VALIDATION_PAIRS), tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
+    ))
+    with run.strategy.scope():
+        model = build_model(args, processor.get_piece_size())
+    run.log(
+        f"{MODEL_NAME} ({args.preset}, {args.position}): {model.count_params():,} parameters; "
+        f"training {args.epochs} epochs x {args.steps_per_epoch} steps of at most "
+        f"{args.tokens_per_batch} tokens a side"
+    )
+    history = run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
+    run.save_model(model, MODEL_NAME)
+    translator = Translator(model, processor, args)
+    evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out)
+    samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
+    print_samples(run, samples[: args.samples])
+    write_translations(run, scored_pairs, translations)
+    _, attention_source = attention_figure(run, model, translator, samples)
+    run.export(
+        model, SERVING_NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
+        max_length=args.max_length,
+    )
+    report = {
+        "model": {
+            "name": MODEL_NAME,
+            "preset": args.preset,
+            "position": args.position,
+            "max_relative_position": model_setting(args, "max_relative_position"),
+            "dropout": model_setting(args, "dropout"),
+            "vocab_size": processor.get_piece_size(),
+            "parameters": model.count_params(),
+        },
+        "data": {
+            **data_facts,
+            "direction": args.direction,
+            "train_pairs": len(train),
+            "held_out_pairs": len(held_out),
+        },
+        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
+        "held_out": evaluation,
+        "samples": samples[: args.samples],
+        "attention_sentence": attention_source,
+    }
+    report = run.write_report(report)
+    run.finish()
+    return report
+
+
+if __name__ == "__main__":
+    harness.run_cli(main)

@@ -1,0 +1,198 @@
+"""recipes/translate.py end to end on a small English-French TSV written here,
+translated French to English: every output, the BLEU and chrF report
+against sacrebleu on the written translations, the exported `translate`
+signature against the recipe's own translations, and the usage errors."""
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
+
+pytest.importorskip("sacrebleu")
+pytest.importorskip("tensorflow_text")
+
+import translate  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.backends("tensorflow", reason="tf.data pipeline, beam search and SavedModel"),
+]
+
+ANIMALS = [("cat", "chat"), ("dog", "chien"), ("horse", "cheval"), ("bird", "oiseau")]
+COLOURS = [("black", "noir"), ("white", "blanc"), ("green", "vert"), ("grey", "gris")]
+MOODS = [("small", "petit"), ("tall", "grand"), ("happy", "content"), ("tired", "fatigué")]
+TINY = [
+    "--steps", "4", "--steps_per_epoch", "2", "--tokens_per_batch", "256", "--max_length", "24",
+    "--vocab_size", "40", "--held_out_fraction", "0.1", "--beam_size", "2", "--decode_batch_size", "8",
+    "--samples", "3", "--verbose", "0", "--seed", "1",
+]
+
+
+def _pairs():
+    return [
+        (f"The {colour} {animal} is {mood}.", f"Le {animal_fr} {colour_fr} est {mood_fr}.")
+        for animal, animal_fr in ANIMALS
+        for colour, colour_fr in COLOURS
+        for mood, mood_fr in MOODS
+    ]
+
+
+@pytest.fixture(scope="module")
+def pairs_tsv(tmp_path_factory):
+    """English<TAB>French lines, with a blank line, a line without a tab and
+    a repeated pair for the reader to skip."""
+    lines = [f"{english}\t{french}" for english, french in _pairs()]
+    lines[5:5] = ["", "a line without any tab", lines[0]]
+    path = tmp_path_factory.mktemp("pairs") / "en_fr.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _main(argv):
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = translate.main(argv)
+    return report, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def short_run(pairs_tsv, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("run")
+    argv = [
+        "--pairs_tsv", str(pairs_tsv), "--direction", "reverse", "--position", "shaw",
+        "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"), *TINY,
+    ]
+    report, printed = _main(argv)
+    return model_dir, report, printed
+
+
+def _translations(model_dir):
+    rows = (model_dir / "translations.tsv").read_text(encoding="utf-8").splitlines()
+    assert rows[0].split("\t") == ["source", "reference", "greedy", "beam"]
+    return [row.split("\t") for row in rows[1:]]
+
+
+def test_help_explains_every_flag():
+    parser = translate.build_parser()
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"
+    text = parser.format_help()
+    for flag in (
+        "--pairs_tsv", "--wmt14", "--direction", "--preset", "--position", "--tokens_per_batch",
+        "--steps", "--warmup_steps", "--label_smoothing", "--beam_size", "--alpha", "--strategy",
+        "--mixed_precision", "--model_dir", "--export_dir",
+    ):
+        assert flag in text
+
+
+def test_short_run_writes_every_output_and_lists_it(short_run, pairs_tsv):
+    model_dir, report, printed = short_run
+    for name in (
+        "transformer_translation.keras", "sentencepiece.model", "checkpoints/latest.keras", "report.json",
+        "translations.tsv", "attention.png",
+    ):
+        assert (model_dir / name).is_file(), name
+    assert list((model_dir / "logs").rglob("events.out.tfevents.*"))
+    assert json.loads((model_dir / "report.json").read_text())["held_out"] == report["held_out"]
+    listing = printed[printed.index("written:"):].splitlines()[1:]
+    assert len(listing) == len(report["outputs"]) >= 8
+    for line in listing:
+        assert Path(line.split()[-1]).exists(), line
+    assert f"{pairs_tsv}: 64 pairs from 67 lines; skipped: 1 blank, 1 no_tab, 1 duplicate" in printed
+    assert report["data"]["line_counts"]["kept"] == 64
+
+
+def test_french_sources_and_english_references(short_run):
+    _, report, printed = short_run
+    french = {french for _, french in _pairs()}
+    english = {english for english, _ in _pairs()}
+    held_out = report["held_out"]
+    assert held_out["pairs"] == report["data"]["held_out_pairs"] == 6
+    for sample in report["samples"]:
+        assert sample["source"] in french and sample["reference"] in english
+        assert f"reference: {sample['reference']}" in printed
+
+
+def test_bleu_and_chrf_report_is_sacrebleu_on_the_written_translations(short_run):
+    import sacrebleu
+
+    model_dir, report, _ = short_run
+    rows = _translations(model_dir)
+    sources, references = [row[0] for row in rows], [row[1] for row in rows]
+    scores = report["held_out"]["scores"]
+    for name, hypotheses in (("greedy", [r[2] for r in rows]), ("beam", [r[3] for r in rows]), ("copy_source", sources)):
+        assert scores[name]["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+        assert scores[name]["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
+    assert "nrefs:1" in scores["beam"]["bleu_signature"]
+
+
+def test_the_model_is_tied_and_reloads(short_run):
+    import keras
+
+    model_dir, report, _ = short_run
+    model = keras.models.load_model(model_dir / "transformer_translation.keras")
+    logits = model.get_layer("logits")
+    assert logits.embedding is model.get_layer("source_embedding")
+    assert logits.units == report["model"]["vocab_size"] == 40
+    assert model.count_params() == report["model"]["parameters"]
+
+
+def test_exported_translate_equals_the_recipes_translations(short_run):
+    import tensorflow as tf
+
+    model_dir, _, _ = short_run
+    rows = _translations(model_dir)
+    assert any(row[3] for row in rows), "every beam translation is empty: the test would check nothing"
+    versions = list((model_dir / "export" / "translation").iterdir())
+    assert [v.name for v in versions] == ["1"]
+    served = tf.saved_model.load(str(versions[0])).signatures["translate"]
+    outputs = served(text=tf.constant([row[0] for row in rows]))
+    translations = [" ".join(t.decode("utf-8").split()) for t in outputs["translation"].numpy()]
+    assert translations == [row[3] for row in rows]
+    assert outputs["tokens"].shape[1] == 24
+
+
+def test_attention_picture_has_one_panel_per_head(short_run):
+    import matplotlib.image
+
+    model_dir, report, _ = short_run
+    picture = matplotlib.image.imread(model_dir / "attention.png")
+    # The tiny preset's 4 heads side by side: a wide figure.
+    assert picture.shape[1] > 3 * picture.shape[0] * 0.8 and picture.std() > 0
+    assert report["attention_sentence"] in {french for _, french in _pairs()}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "5", "--steps_per_epoch", "2"], "`--steps` (5) must be a multiple of `--steps_per_epoch` (2)"),
+        (["--tokens_per_batch", "8", "--max_length", "16"], "`--tokens_per_batch` (8) must be at least `--max_length`"),
+        (["--pairs_tsv", "/no/such/file.tsv"], "`--pairs_tsv` '/no/such/file.tsv' does not exist"),
+    ],
+    ids=["steps", "tokens", "missing_file"],
+)
+def test_bad_flags_are_usage_errors(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as raised:
+        translate.harness.run_cli(translate.main, ["--model_dir", str(tmp_path), *argv])
+    assert raised.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_vocabulary_too_large_for_the_text_names_the_flag(pairs_tsv, tmp_path):
+    with pytest.raises(translate.harness.UsageError, match="`--vocab_size` 5000 is larger"):
+        translate.main(["--pairs_tsv", str(pairs_tsv), "--model_dir", str(tmp_path), "--vocab_size", "5000",
+                        "--verbose", "0"])
+
+
+def test_flag_values_out_of_range_are_rejected(capsys):
+    for flag, value in (("--held_out_fraction", "1.5"), ("--dropout", "1"), ("--label_smoothing", "-0.1")):
+        with pytest.raises(SystemExit):
+            translate.build_parser().parse_args(["--model_dir", "m", flag, value])
+        assert "expected a number in" in capsys.readouterr().err
+    assert np.isclose(translate.build_parser().parse_args(["--model_dir", "m"]).label_smoothing, 0.1)
