@@ -130,6 +130,115 @@ def unskew_causal_shifted(weights, count):
     return _slice_trailing(by_distance, (length + 1 - count,), (count,))
 
 
+def skew_causal_square(x, key_length=None):
+    """The causal skew with no tensor larger than `[..., L, L]`.
+
+    `skew_causal` and `skew_causal_shifted` go through an axis of `L + 1`,
+    a tensor just over the logits' size. Here query `i`'s row starts
+    `L - 1` entries after query `i - 1`'s in the flattened matrix of
+    distances `-(L-1) .. 0`, so a reshape with rows of `L - 1` gives every
+    key but the last; the last key is below the diagonal only for the last
+    query, at distance 0.
+
+    Args:
+        x: `[..., L, n]`, `1 <= n <= L`: query `i` dotted with the table rows
+            of distances `-(n - 1) .. 0` (column `c` stands for distance
+            `c - (n - 1)`); farther distances count as zero.
+        key_length: the number of keys, `L` if `None`; keys past `L - 1` are
+            all in the future of every query (zero columns are added), keys
+            are dropped from the end when there are fewer.
+
+    Returns:
+        `[..., L, key_length]`: `out[..., i, j] = x[..., i, j - i + n - 1]` for
+        `i - (n - 1) <= j <= i` and zero for `j < i - (n - 1)`. The entries
+        above the diagonal (`j > i`) are unrelated: mask them.
+
+    Example:
+
+    >>> import numpy as np
+    >>> x = np.array([[1., 2., 3.], [4., 5., 6.], [7., 8., 9.]])  # distances -2, -1, 0
+    >>> np.tril(np.asarray(skew_causal_square(x)))
+    array([[3., 0., 0.],
+           [5., 6., 0.],
+           [7., 8., 9.]])
+    """
+    distance_zero = _slice_trailing(x, (ops.shape(x)[-1] - 1,), (1,))
+    return _skew_causal_square(x, distance_zero, key_length)
+
+
+def causal_relative_logits(query, rows, key_length=None):
+    """`skew_causal_square(query . rows^T)` in float32.
+
+    The distance-0 column the skew reads on its own is a product of its
+    own: sliced from `query . rows^T`, its gradient would be a zero-padded
+    tensor of that whole size.
+
+    Args:
+        query: `[..., L, depth]`.
+        rows: `[..., n, depth]`, broadcastable against `query`, `1 <= n <= L`:
+            the table rows of distances `-(n - 1) .. 0`.
+        key_length: as for `skew_causal_square`.
+
+    Returns:
+        `[..., L, key_length]` float32, as `skew_causal_square` returns.
+    """
+    count = ops.shape(rows)[-2]
+    nearest = _slice_trailing(rows, (count - 1, 0), (1, -1))
+    dots, distance_zero = (
+        ops.cast(ops.matmul(query, ops.swapaxes(r, -1, -2)), "float32") for r in (rows, nearest)
+    )
+    return _skew_causal_square(dots, distance_zero, key_length)
+
+
+def _skew_causal_square(x, distance_zero, key_length):
+    """`skew_causal_square` with `x`'s last column given as `distance_zero`."""
+    leading, length, count = _split_last_two(x)
+    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [length - count, 0]])
+    # out[i, j] = flat[(L - 1) * (i + 1) + j] for the first L - 1 keys.
+    flat = ops.reshape(x, leading + (length * length,))
+    rows = _slice_trailing(flat, (length - 1,), (length * (length - 1),))
+    rows = ops.reshape(rows, leading + (length, length - 1))
+    skewed = ops.concatenate([rows, distance_zero], axis=-1)
+    return skewed if key_length is None else _fit_last_axis(skewed, key_length)
+
+
+def unskew_causal_square(weights, count):
+    """Inverse of `skew_causal_square` for causally masked weights, with no
+    tensor larger than `[..., L, L]`.
+
+    Args:
+        weights: `[..., L, key_length]`, zero above the diagonal (`j > i`),
+            e.g. causally masked attention weights.
+        count: the number of distances `n` to return, `1 <= n <= L`.
+
+    Returns:
+        `[..., L, n]`: `out[..., i, c]` is the weight of query `i` on the key
+        at distance `c - (n - 1)` (key `i + c - (n - 1)`), zero where that key
+        is before position 0.
+
+    Example:
+
+    >>> import numpy as np
+    >>> weights = np.array([[1., 0.], [2., 3.]])
+    >>> np.asarray(unskew_causal_square(weights, count=2))  # distances -1, 0
+    array([[0., 1.],
+           [2., 3.]])
+    """
+    leading, length, _ = _split_last_two(weights)
+    weights = _fit_last_axis(weights, length)
+    # Key `i + d` of query `i` is flat[(L + 1) * i + d]: past the first
+    # entry, rows of `L + 1` put query `i` in row `i - 1`, distance `d` in
+    # column `L + d` (earlier columns of a row hold the zeros above the
+    # diagonal, where a key would be before position 0).
+    flat = ops.reshape(weights, leading + (length * length,))
+    later = _slice_trailing(flat, (1,), (length * length - 1,))
+    later = ops.reshape(later, leading + (length - 1, length + 1))
+    later = _slice_trailing(later, (0, length + 1 - count), (length - 1, count))
+    first = _slice_trailing(weights, (0, 0), (1, 1))
+    first = ops.pad(first, [[0, 0]] * len(leading) + [[0, 0], [count - 1, 0]])
+    return ops.concatenate([first, later], axis=-2)
+
+
 def _fit_last_axis(x, size):
     """Crops or zero-pads the last axis to `size`. With a size known only
     when the graph runs, both ops are emitted; the one not needed is a no-op."""

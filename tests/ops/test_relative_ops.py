@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_selfattn.ops.blocking_1d import causal_window_mask
 from keras_selfattn.ops.relative import (
+    causal_relative_logits,
     gather_relative_logits,
     local_relative_logits,
     local_relative_weights,
@@ -15,12 +16,14 @@ from keras_selfattn.ops.relative import (
     skew,
     skew_causal,
     skew_causal_shifted,
+    skew_causal_square,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
     unskew_causal,
     unskew_causal_shifted,
+    unskew_causal_square,
 )
 
 LENGTHS = [1, 2, 5, 37]
@@ -208,6 +211,53 @@ def test_unskew_causal_shifted_reads_weights_by_distance(length, count_less, key
             j = i + c - (count - 1)
             expected = weights[:, i + 1, j] if 0 <= j < key_length else 0.0
             np.testing.assert_array_equal(out[:, i, c], expected)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("count_less", [0, 1, 3])
+@pytest.mark.parametrize("key_extra", [0, 2, -1])
+def test_skew_causal_square_moves_distances_to_keys_below_the_diagonal(length, count_less, key_extra):
+    count = max(1, length - count_less)
+    key_length = max(1, length + key_extra)
+    x = random(2, 3, length, count)  # column c: distance c - (count - 1)
+    out = numpy(skew_causal_square(x, key_length))
+    assert out.shape == (2, 3, length, key_length)
+    for i in range(length):
+        for j in range(min(i + 1, key_length)):
+            column = j - i + count - 1
+            expected = x[..., i, column] if column >= 0 else 0.0
+            np.testing.assert_array_equal(out[..., i, j], expected)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("count_less", [0, 2])
+@pytest.mark.parametrize("key_extra", [0, 3, -1])
+def test_unskew_causal_square_reads_weights_by_distance(length, count_less, key_extra):
+    count = max(1, length - count_less)
+    key_length = max(1, length + key_extra)
+    weights = np.zeros((2, 3, length, key_length), "float32")
+    for i in range(length):
+        keys = min(i + 1, key_length)
+        weights[..., i, :keys] = random(2, 3, keys, seed=i)
+    out = numpy(unskew_causal_square(weights, count))
+    assert out.shape == (2, 3, length, count)
+    for i in range(length):
+        for c in range(count):
+            j = i + c - (count - 1)
+            expected = weights[..., i, j] if 0 <= j < key_length else 0.0
+            np.testing.assert_array_equal(out[..., i, c], expected)
+
+
+@pytest.mark.parametrize("length, count, key_length", [(1, 1, 1), (5, 5, 5), (5, 2, 7), (37, 37, 36)])
+def test_causal_relative_logits_dot_each_query_with_its_distances_row(length, count, key_length):
+    query, rows = random(2, 3, length, 4), random(1, 3, count, 4, seed=1)
+    out = numpy(causal_relative_logits(query, rows, key_length))
+    assert out.shape == (2, 3, length, key_length) and out.dtype == np.float32
+    for i in range(length):
+        for j in range(min(i + 1, key_length)):
+            column = j - i + count - 1
+            expected = np.einsum("bhd,hd->bh", query[..., i, :], rows[0, :, column]) if column >= 0 else 0.0
+            np.testing.assert_allclose(out[..., i, j], expected, atol=1e-5)
 
 
 def test_shaw_table_window_clips_and_stops_at_a_causal_table():
