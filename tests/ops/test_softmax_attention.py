@@ -201,3 +201,82 @@ def test_masked_gradients_match_autodiff_and_masked_keys_get_none():
         np.testing.assert_allclose(got, want, atol=2e-5, err_msg=name)
     np.testing.assert_array_equal(mine[1][..., -1, :], 0.0)
     np.testing.assert_array_equal(mine[0][..., 0, :], 0.0)
+
+
+def numpy_attention_with_value_rows(query, key, value, bias, mask, rows):
+    """Causal attention whose query `i` attends to `value[j] + rows[j - i + n - 1]`
+    (just `value[j]` beyond the `n` rows), written with loops."""
+    count = rows.shape[-2]
+    logits = np.einsum("...qd,...kd->...qk", query, key) + bias
+    logits = np.where(mask, logits, -np.inf)
+    exponentials = np.where(mask, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
+    probabilities = exponentials / exponentials.sum(-1, keepdims=True)
+    output = np.einsum("...qk,...kd->...qd", probabilities, value)
+    for i in range(query.shape[-2]):
+        for j in range(max(0, i - count + 1), min(i + 1, key.shape[-2])):
+            output[..., i, :] += probabilities[..., i, j, None] * rows[..., j - i + count - 1, :]
+    return output
+
+
+def value_rows_case(count, key_extra, seed):
+    rng = np.random.default_rng(seed)
+    query = rng.normal(size=(2, 3, 6, 8)).astype("float32")
+    key = rng.normal(size=(2, 3, 6 + key_extra, 8)).astype("float32")
+    value = rng.normal(size=(2, 3, 6 + key_extra, 5)).astype("float32")
+    bias = rng.normal(size=(2, 3, 6, 6 + key_extra)).astype("float32")
+    rows = rng.normal(size=(1, 3, count, 5)).astype("float32")
+    weights = rng.normal(size=(2, 3, 6, 5)).astype("float32")
+    mask = np.tril(np.ones((6, 6 + key_extra), bool))
+    return query, key, value, bias, mask, rows, weights
+
+
+@pytest.mark.parametrize("count, key_extra", [(1, 0), (3, 0), (6, 0), (4, 2), (4, -2)])
+def test_causal_value_rows_match_numpy_and_autodiff(count, key_extra):
+    query, key, value, bias, mask, rows, weights = value_rows_case(count, key_extra, seed=10)
+    output = softmax_attention(query, key, value, bias, mask=mask, causal_value_rows=rows)
+    expected = numpy_attention_with_value_rows(query, key, value, bias, mask, rows)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
+
+    def plain(q, k, v, b, r):
+        logits = ops.where(mask, ops.einsum("...qd,...kd->...qk", q, k) + b, -1e9)
+        probabilities = ops.softmax(logits, axis=-1)
+        distances = np.arange(6 + key_extra)[None, :] - np.arange(6)[:, None]
+        by_distance = [ops.sum(probabilities * (distances == c - (count - 1)), axis=-1) for c in range(count)]
+        output = ops.einsum("...qk,...kd->...qd", probabilities, v)
+        return output + ops.einsum("...qc,...cd->...qd", ops.stack(by_distance, axis=-1), r)
+
+    def ours(q, k, v, b, r):
+        return softmax_attention(q, k, v, b, mask=mask, causal_value_rows=r)
+
+    def loss(attention):
+        return lambda *arrays: ops.sum(ops.multiply(attention(*arrays), weights))
+
+    arrays = [query, key, value, bias, rows]
+    mine = backend_gradients(loss(ours), arrays)
+    reference = backend_gradients(loss(plain), arrays)
+    for name, got, want in zip(("query", "key", "value", "bias", "rows"), mine, reference):
+        assert got.shape == want.shape, name
+        np.testing.assert_allclose(got, want, atol=2e-5, err_msg=name)
+
+
+def test_causal_value_rows_with_dropout_and_a_fully_masked_row():
+    query, key, value, bias, mask, rows, _ = value_rows_case(3, 0, seed=11)
+    mask = mask & (np.arange(6)[:, None] > 0)  # Query 0 sees no key.
+    keep = np.random.default_rng(12).random((2, 3, 6, 6)) > 0.3
+
+    def dropout(probabilities):
+        return ops.multiply(probabilities, keep) / 0.7
+
+    output = ops.convert_to_numpy(
+        softmax_attention(query, key, value, bias, mask=mask, dropout=dropout, causal_value_rows=rows)
+    )
+    np.testing.assert_array_equal(output[..., 0, :], 0.0)
+    logits = np.where(mask, np.einsum("...qd,...kd->...qk", query, key) + bias, -np.inf)
+    exponentials = np.where(mask, np.exp(logits - np.max(np.where(mask, logits, -1e30), -1, keepdims=True)), 0.0)
+    totals = exponentials.sum(-1, keepdims=True)
+    dropped = np.divide(exponentials, totals, out=np.zeros_like(exponentials), where=totals > 0) * keep / 0.7
+    expected = np.einsum("...qk,...kd->...qd", dropped, value)
+    for i in range(6):
+        for j in range(max(0, i - 2), i + 1):
+            expected[..., i, :] += dropped[..., i, j, None] * rows[..., j - i + 2, :]
+    np.testing.assert_allclose(output, expected, atol=1e-5)
