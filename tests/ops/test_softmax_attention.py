@@ -241,7 +241,8 @@ def test_causal_value_rows_match_numpy_and_autodiff(count, key_extra):
         logits = ops.where(mask, ops.einsum("...qd,...kd->...qk", q, k) + b, -1e9)
         probabilities = ops.softmax(logits, axis=-1)
         distances = np.arange(6 + key_extra)[None, :] - np.arange(6)[:, None]
-        by_distance = [ops.sum(probabilities * (distances == c - (count - 1)), axis=-1) for c in range(count)]
+        at = [(distances == c - (count - 1)).astype("float32") for c in range(count)]
+        by_distance = [ops.sum(ops.multiply(probabilities, a), axis=-1) for a in at]
         output = ops.einsum("...qk,...kd->...qd", probabilities, v)
         return output + ops.einsum("...qc,...cd->...qd", ops.stack(by_distance, axis=-1), r)
 
