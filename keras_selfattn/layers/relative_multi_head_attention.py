@@ -8,6 +8,7 @@ from keras import ops
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relative import (
+    causal_relative_logits,
     gather_relative_logits,
     relative_distances,
     relative_table_window,
@@ -15,12 +16,11 @@ from keras_selfattn.ops.relative import (
     shaw_table_rows,
     shaw_table_window,
     skew,
-    skew_causal_shifted,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
-    unskew_causal_shifted,
+    unskew_causal_square,
 )
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
@@ -64,13 +64,15 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     (memory O(L d) for the rows, O(L^2) for the logits, never a
     `[L, L, dim]` tensor); the logits go to the attention core
     `keras_selfattn.ops.softmax_attention` as its bias. A causal pass (the
-    usual one) needs a single reshape for the skew
-    (`keras_selfattn.ops.skew_causal_shifted`), and only the table rows that
-    hold a term: Shaw rows are taken relative to the farthest one (softmax
-    ignores a per-query constant), so only the `k` nearest distances cost
-    anything. Unknown lengths (`keras.Input((None, d))`) take the same path.
-    With a cache, query row `i` stands at position `cache_update_index + i`
-    and its relative rows are read per query-key pair (no skew), so a loop of
+    usual one) forms its relative logits with
+    `keras_selfattn.ops.relative.causal_relative_logits` (no tensor larger than the
+    logits), hands the value rows to the attention core (which differentiates
+    them with the rest) and needs only the table rows that hold a term:
+    Shaw rows are taken relative to the farthest one (softmax ignores a
+    per-query constant), so only the `k` nearest distances cost anything.
+    Unknown lengths (`keras.Input((None, d))`) take the same path. With a
+    cache, query row `i` stands at position `cache_update_index + i` and its
+    relative rows are read per query-key pair (no skew), so a loop of
     one-step calls equals the full causal pass.
 
     Shapes: `query` `[batch, query_length, query_dim]`, `value` and `key`
@@ -290,36 +292,41 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         return _heads_first(output), scores
 
     def _attend_causal(self, query, key, value, mask, bias, training, return_scores):
-        """A full causal pass: the skew is one reshape (`skew_causal_shifted`),
-        which puts query `i` in row `i + 1`; row 0 is a masked query."""
+        """A full causal pass: the skew (`causal_relative_logits`) and the
+        value rows in the attention core keep every tensor within
+        `[query, key]`."""
         length, key_length = ops.shape(query)[2], ops.shape(key)[2]
-        count, key_rows, key_base = self._causal_rows(self.relative_key_embeddings, length)
-        dots = ops.cast(_dot_rows(query, ops.cast(key_rows, query.dtype)), "float32")
-        relative = skew_causal_shifted(dots, key_length)
+        count, key_rows, _ = self._causal_rows(self.relative_key_embeddings, length)
+        key_rows = _broadcast_table(ops.cast(key_rows, query.dtype), len(query.shape))
+        relative = causal_relative_logits(query, key_rows, key_length)
         if bias is not None:
-            relative = relative + ops.cast(_prepend_row(bias), "float32")
-        mask = merge_masks(_prepend_row(mask), causal_mask(length + 1, key_length, -1))
-        shifted_query = ops.pad(query, [[0, 0], [0, 0], [1, 0], [0, 0]])
-        value_table = self.relative_value_embeddings
+            relative = relative + ops.cast(bias, "float32")
+        mask = merge_masks(mask, causal_mask(length, key_length))
+        value_rows = None
+        if self.relative_value_embeddings is not None:
+            _, value_rows, value_base = self._causal_rows(
+                self.relative_value_embeddings, length, count
+            )
+            value_rows = ops.cast(value_rows, value.dtype)
+            if value_base is not None:  # Every key's weight also goes to the base row.
+                value = value + _broadcast_table(ops.cast(value_base, value.dtype), len(value.shape))
+        if not return_scores:
+            core_rows = None if value_rows is None else _broadcast_table(value_rows, len(value.shape))
+            dropout = self._attention_dropout(training)
+            return softmax_attention(query, key, value, relative, mask, dropout, core_rows), None
         output, scores, weights = self._attend(
-            shifted_query, key, value, relative, mask, training, return_scores, value_table is not None
+            query, key, value, relative, mask, training, True, value_rows is not None
         )
-        output = _drop_first_row(output)
-        if value_table is not None:
-            _, value_rows, value_base = self._causal_rows(value_table, length, count)
-            by_distance = unskew_causal_shifted(weights, count)
-            output = output + _weigh_rows(by_distance, ops.cast(value_rows, weights.dtype))
-            if value_base is not None:
-                totals = _drop_first_row(ops.sum(weights, axis=-1, keepdims=True))
-                output = output + _weigh_rows(totals, ops.cast(value_base, weights.dtype))
-        return output, (None if scores is None else _drop_first_row(scores))
+        if value_rows is not None:
+            output = output + _weigh_rows(unskew_causal_square(weights, count), value_rows)
+        return output, scores
 
     def _causal_rows(self, table, length, count=None):
         """`(count, rows, base)`: the table rows of distances `-(count-1) .. 0`
         less `base`, and `base` (`None`: zero).
 
         Only rows that differ from `base` need a product with the queries, so
-        `count` stops there (or at the `length + 1` distances of the skew).
+        `count` stops there (or at the `length` distances a query can see).
         Skew tables have no term beyond their rows. A Shaw table's farthest
         row serves every farther distance; relative to it (a constant per
         query, which softmax ignores, and the weights' total times it for the
@@ -327,7 +334,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         """
         m = self.max_relative_position
         if count is None:
-            count = min(m, length) + 1 if isinstance(length, int) else ops.minimum(m, length) + 1
+            count = min(m, length) if isinstance(length, int) else ops.minimum(m, length)
         if not self._is_shaw:
             return count, relative_table_window(table, 1 - count, count, m), None
         base = table[..., :1, :]
@@ -461,22 +468,6 @@ def _optional_bool(name, value):
 def _heads_first(x):
     """`[batch, length, heads, dim]` <-> `[batch, heads, length, dim]`."""
     return ops.transpose(x, (0, 2, 1, 3))
-
-
-def _prepend_row(x):
-    """A mask or bias `[..., queries or 1, keys]` for the queries with a row 0
-    in front; that row is masked, so it repeats row 0 (no dtype to pad with)."""
-    if x is None or x.shape[-2] == 1:
-        return x
-    shape = ops.shape(x)
-    first = ops.slice(x, (0,) * len(shape), tuple(shape[:-2]) + (1, shape[-1]))
-    return ops.concatenate([first, x], axis=-2)
-
-
-def _drop_first_row(x):
-    """`[batch, heads, 1 + queries, n]` -> `[batch, heads, queries, n]`."""
-    shape = ops.shape(x)
-    return ops.slice(x, (0, 0, 1, 0), (shape[0], shape[1], shape[2] - 1, shape[3]))
 
 
 def _dot_rows(query, table):
