@@ -12,8 +12,16 @@ causal self-attention, for:
 - naive Shaw: the same Shaw attention with the `[L, L, key_dim]` key and
   value relation tensors materialised, as in Shaw et al.'s formulation.
 
-Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]`;
+Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]
+[--variants skew shaw ...] [--loss sum|square]` (the anchor always runs);
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
+
+`--loss square` differentiates half the sum of squares of the output, whose
+gradient (the output itself) depends on the forward pass as a training
+loss's does. With the default sum the output's gradient is all ones: in a
+graph with static shapes that is a constant, so TensorFlow may compute the
+backward pass's `d_output . value^T` (`[heads, L, L]`) during the forward
+pass, on top of the forward's own logits-sized tensors.
 """
 
 import argparse
@@ -71,13 +79,25 @@ class UnknownLengths(keras.layers.Layer):
         return self.layer(query, use_causal_mask=use_causal_mask)
 
 
+class HalfSquare(keras.layers.Layer):
+    """`layer`'s output squared and halved: its sum is the `square` loss."""
+
+    def __init__(self, layer, **kwargs):
+        super().__init__(**kwargs)
+        self.layer = layer
+
+    def call(self, query, use_causal_mask=None):
+        output = self.layer(query, use_causal_mask=use_causal_mask)
+        return 0.5 * ops.square(ops.cast(output, "float32"))
+
+
 def variants(length):
     common = dict(num_heads=NUM_HEADS, key_dim=KEY_DIM)
 
     def skew():
         return RelativeMultiHeadAttention(max_relative_position=length, causal_table=True, **common)
 
-    layers = {"mha causal (anchor)": MultiHeadAttention(**common), "skew": skew()}
+    layers = {ANCHOR: MultiHeadAttention(**common), "skew": skew()}
     if keras.backend.backend() == "tensorflow":
         layers["skew, unknown lengths"] = UnknownLengths(skew())
     layers["shaw"] = RelativeMultiHeadAttention(
@@ -87,15 +107,22 @@ def variants(length):
     return layers
 
 
-def rows_for(length, repeats):
+ANCHOR = "mha causal (anchor)"
+
+
+def rows_for(length, repeats, chosen=None, loss="sum"):
     x = random_inputs((1, length, WIDTH))
     inputs = {"query": x}
     cases = {}
     for name, layer in variants(length).items():
+        if chosen is not None and name != ANCHOR and name not in chosen:
+            continue
+        if loss == "square":
+            layer = HalfSquare(layer)
         layer(x, use_causal_mask=True)  # build
         cases[name] = (layer, inputs, {"use_causal_mask": True})
     results = measure_in_turns(cases, repeats=repeats)
-    anchor_seconds, anchor_bytes = results["mha causal (anchor)"]
+    anchor_seconds, anchor_bytes = results[ANCHOR]
     return [
         [length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
         for name, (seconds, peak) in results.items()
@@ -106,12 +133,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        help='variants besides the anchor, by name: "skew", "skew, unknown lengths", '
+        '"shaw", "naive shaw" (default: all)',
+    )
+    parser.add_argument("--loss", choices=["sum", "square"], default="sum")
     args = parser.parse_args()
     rows = []
     for length in args.lengths:
-        rows += rows_for(length, args.repeats)
+        rows += rows_for(length, args.repeats, args.variants, args.loss)
     print_table(
-        f"Relative attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, causal",
+        f"Relative attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
+        f"causal, {args.loss} loss",
         ["L", "variant", "ms", "x time", "peak MB", "x memory"],
         rows,
     )
