@@ -46,6 +46,7 @@ from keras_selfattn.ops.masks import (
     sequence_mask,
 )
 from keras_selfattn.ops.relative import (
+    causal_relative_logits,
     gather_relative_logits,
     local_relative_logits,
     local_relative_weights,
@@ -56,13 +57,13 @@ from keras_selfattn.ops.relative import (
     shaw_table_window,
     skew,
     skew_causal,
-    skew_causal_shifted,
+    skew_causal_square,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
     unskew_causal,
-    unskew_causal_shifted,
+    unskew_causal_square,
 )
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention

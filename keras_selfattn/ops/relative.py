@@ -61,79 +61,10 @@ def skew_causal(x):
     return _slice_trailing(padded, (1, 0), (-1, -1))
 
 
-def skew_causal_shifted(x, key_length=None):
-    """The causal skew as one reshape, with the queries one row down.
-
-    `skew_causal` pads, reshapes and slices, writing two `[..., L, L]`
-    tensors (and two more for its gradient). With one distance column more
-    than there are queries, a row-major reshape alone moves row `i` left by
-    `i`, and the only price is that query `i` lands in row `i + 1`: attend
-    with a masked query in front (row 0) and drop its output.
-
-    Args:
-        x: `[..., L, n]`, `1 <= n <= L + 1`: query `i` dotted with the table
-            rows of distances `-(n - 1) .. 0` (column `c` stands for distance
-            `c - (n - 1)`); farther distances count as zero.
-        key_length: the number of keys, `L` if `None`; keys past `L - 1` are
-            all in the future of every query (zero columns are added), keys
-            are dropped from the end when there are fewer.
-
-    Returns:
-        `[..., L + 1, key_length]`: `out[..., i + 1, j] = x[..., i, j - i + n - 1]`
-        for `i - (n - 1) <= j <= i` and zero for `j < i - (n - 1)`. Row 0 and
-        the entries above the diagonal (`j > i`) are unrelated: mask them.
-
-    Example:
-
-    >>> import numpy as np
-    >>> x = np.array([[1., 2., 3.], [4., 5., 6.], [7., 8., 9.]])  # distances -2, -1, 0
-    >>> out = np.asarray(skew_causal_shifted(x))  # [4, 3]; query i in row i + 1
-    >>> np.tril(out[1:])
-    array([[3., 0., 0.],
-           [5., 6., 0.],
-           [7., 8., 9.]])
-    """
-    leading, length, count = _split_last_two(x)
-    # Distances -L .. 0: L + 1 columns for L rows.
-    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [length + 1 - count, 0]])
-    skewed = ops.reshape(x, leading + (length + 1, length))
-    return skewed if key_length is None else _fit_last_axis(skewed, key_length)
-
-
-def unskew_causal_shifted(weights, count):
-    """Inverse of `skew_causal_shifted` for causally masked weights.
-
-    Args:
-        weights: `[..., L + 1, key_length]` in the layout `skew_causal_shifted`
-            returns (query `i` in row `i + 1`), zero in row 0 and above the
-            diagonal (`j > i`), e.g. causally masked attention weights.
-        count: the number of distances `n` to return, `1 <= n <= L + 1`.
-
-    Returns:
-        `[..., L, n]`: `out[..., i, c]` is the weight of query `i` on the key
-        at distance `c - (n - 1)` (key `i + c - (n - 1)`), zero where that key
-        is before position 0.
-
-    Example:
-
-    >>> import numpy as np
-    >>> weights = np.array([[0., 0.], [1., 0.], [2., 3.]])  # 2 queries, row 0 empty
-    >>> np.asarray(unskew_causal_shifted(weights, count=2))  # distances -1, 0
-    array([[0., 1.],
-           [2., 3.]])
-    """
-    leading, rows, _ = _split_last_two(weights)
-    length = rows - 1
-    weights = _fit_last_axis(weights, length)
-    # The reshape `skew_causal_shifted` undone: L rows of L + 1 distances.
-    by_distance = ops.reshape(weights, leading + (length, length + 1))
-    return _slice_trailing(by_distance, (length + 1 - count,), (count,))
-
-
 def skew_causal_square(x, key_length=None):
     """The causal skew with no tensor larger than `[..., L, L]`.
 
-    `skew_causal` and `skew_causal_shifted` go through an axis of `L + 1`,
+    `skew_causal` goes through an axis of `L + 1`,
     a tensor just over the logits' size. Here query `i`'s row starts
     `L - 1` entries after query `i - 1`'s in the flattened matrix of
     distances `-(L-1) .. 0`, so a reshape with rows of `L - 1` gives every

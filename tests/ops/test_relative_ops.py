@@ -15,14 +15,12 @@ from keras_selfattn.ops.relative import (
     shaw_table_window,
     skew,
     skew_causal,
-    skew_causal_shifted,
     skew_causal_square,
     skew_row_distances,
     skew_table_rows,
     sum_weights_by_distance,
     unskew,
     unskew_causal,
-    unskew_causal_shifted,
     unskew_causal_square,
 )
 
@@ -176,41 +174,6 @@ def test_local_relative_logits_and_weights(block_length):
                 np.testing.assert_array_equal(by_distance[..., q, column], weights[..., q, m])
             else:
                 np.testing.assert_array_equal(logits[..., q, m], 0.0)
-
-
-@pytest.mark.parametrize("length", LENGTHS)
-@pytest.mark.parametrize("count_less", [0, 1, 3])
-@pytest.mark.parametrize("key_extra", [0, 2, -1])
-def test_skew_causal_shifted_puts_query_i_in_row_i_plus_one(length, count_less, key_extra):
-    count = max(1, length + 1 - count_less)
-    key_length = max(1, length + key_extra)
-    x = random(2, 3, length, count)  # column c: distance c - (count - 1)
-    out = numpy(skew_causal_shifted(x, key_length))
-    assert out.shape == (2, 3, length + 1, key_length)
-    for i in range(length):
-        for j in range(min(i + 1, key_length)):
-            column = j - i + count - 1
-            expected = x[..., i, column] if column >= 0 else 0.0
-            np.testing.assert_array_equal(out[..., i + 1, j], expected)
-
-
-@pytest.mark.parametrize("length", LENGTHS)
-@pytest.mark.parametrize("count_less", [0, 2])
-@pytest.mark.parametrize("key_extra", [0, 3, -1])
-def test_unskew_causal_shifted_reads_weights_by_distance(length, count_less, key_extra):
-    count = max(1, length + 1 - count_less)
-    key_length = max(1, length + key_extra)
-    weights = np.zeros((2, length + 1, key_length), "float32")
-    for i in range(length):
-        keys = min(i + 1, key_length)
-        weights[:, i + 1, :keys] = random(2, keys, seed=i)
-    out = numpy(unskew_causal_shifted(weights, count))
-    assert out.shape == (2, length, count)
-    for i in range(length):
-        for c in range(count):
-            j = i + c - (count - 1)
-            expected = weights[:, i + 1, j] if 0 <= j < key_length else 0.0
-            np.testing.assert_array_equal(out[:, i, c], expected)
 
 
 @pytest.mark.parametrize("length", LENGTHS)
