@@ -2,7 +2,7 @@
 and resumption, TensorBoard, saving, export, the JSON report and the list of
 written files.
 
-A recipe builds its parser from `parent_parser()` (plus `add_training_flags`
+A recipe builds its parser with `recipe_parser(__doc__)` (plus `add_training_flags`
 and `add_sampling_flags` with its own defaults), then:
 
     run = harness.start(args, recipe="music")
@@ -52,11 +52,20 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------- flags
 
 
-def parent_parser():
-    """The flags every recipe shares, as an `argparse` parent parser.
+def recipe_parser(doc):
+    """A recipe's parser: its module docstring's first paragraph as the
+    description, the rest as the epilog, and the shared flags."""
+    summary, details = doc.split("\n\n", 1)
+    return argparse.ArgumentParser(
+        description=summary,
+        epilog=details,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[parent_parser()],
+    )
 
-    Use as `argparse.ArgumentParser(parents=[parent_parser()], ...)`.
-    """
+
+def parent_parser():
+    """The flags every recipe shares, as an `argparse` parent parser."""
     parser = argparse.ArgumentParser(add_help=False)
     group = parser.add_argument_group("run, shared by every recipe")
     group.add_argument(

@@ -22,7 +22,6 @@ SavedModel for TF Serving with the `sample` and `complete` signatures.
     python recipes/image_generation.py --model_dir runs/photos --image_dir ~/photos --image_size 16
 """
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -58,12 +57,7 @@ PRESETS = {
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[harness.parent_parser()],
-    )
+    parser = harness.recipe_parser(__doc__)
     data = parser.add_argument_group("data")
     data.add_argument(
         "--dataset",

@@ -22,7 +22,6 @@ TensorBoard logs, and with `--export_dir` a SavedModel for TF Serving.
         --preset maestro --sequence_length 2048 --mixed_precision --strategy mirrored
 """
 
-import argparse
 import math
 import sys
 import warnings
@@ -53,12 +52,7 @@ ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[harness.parent_parser()],
-    )
+    parser = harness.recipe_parser(__doc__)
     data = parser.add_argument_group("data")
     data.add_argument(
         "--midi_dir",

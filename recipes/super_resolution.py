@@ -23,7 +23,6 @@ signature.
         --data_dir ~/tensorflow_datasets --preset celeba --mixed_precision
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -56,12 +55,7 @@ PRESETS = {
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[harness.parent_parser()],
-    )
+    parser = harness.recipe_parser(__doc__)
     data = parser.add_argument_group("data")
     data.add_argument(
         "--dataset",

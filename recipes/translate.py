@@ -63,12 +63,7 @@ LENGTH_STEP = 8  # decoding batches pad sources to a multiple of this (fewer tra
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[harness.parent_parser()],
-    )
+    parser = harness.recipe_parser(__doc__)
     _add_data_flags(parser)
     _add_model_flags(parser)
     _add_training_flags(parser)
