@@ -1,2 +1,10 @@
-"""Image data for the recipes, as numpy arrays: scikit-learn's digits offline,
-tensorflow-datasets image sets otherwise (`keras_selfattn.data.images`)."""
+"""Data for the recipes, each with an embedded default that ships inside a package.
+
+- `keras_selfattn.data.music`: MIDI to note-seq performance events and back,
+  MAESTRO splits, augmentation, cached encodings, `tf.data` crops.
+- `keras_selfattn.data.text`: sentence pairs (TSV, WMT14, the Ding
+  dictionary), SentencePiece, token-count `tf.data` batches.
+- `keras_selfattn.data.images`: digits, tensorflow-datasets image sets and
+  image folders; `image_patches` for super-resolution, `image_metrics` for
+  PSNR and SSIM.
+"""
