@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from plots import save_figure  # noqa: E402
+
 CELL_INCHES = 1.1
 
 
@@ -56,10 +58,7 @@ def image_grid(path, rows, *, column_titles=None, row_titles=None, title=None):
         axes[0, c].set_title(str(text), fontsize=8)
     if title:
         figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def attention_over_image(path, image, weights, query_pixel, *, memory_box=None, title=None):
@@ -108,7 +107,4 @@ def attention_over_image(path, image, weights, query_pixel, *, memory_box=None, 
         figure.colorbar(overlay, ax=axis, fraction=0.046, pad=0.02, label="sqrt(weight)")
     if title:
         figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)

@@ -17,32 +17,24 @@ ATTENTION_HELP = {
 }
 
 
-def pair(text):
-    """`"8,8"` -> `(8, 8)`, two positive integers."""
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 2 or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected two positive integers as HEIGHT,WIDTH, got {text!r}")
-    return values
+def _int_pair(minimum, expected):
+    """An argparse type: `"8,8"` -> `(8, 8)`, two integers >= `minimum`."""
+
+    def parse(text):
+        try:
+            values = tuple(int(part) for part in text.split(","))
+        except ValueError:
+            values = ()
+        if len(values) != 2 or min(values) < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected} as HEIGHT,WIDTH, got {text!r}")
+        return values
+
+    parse.__name__ = "HEIGHT,WIDTH"
+    return parse
 
 
-pair.__name__ = "HEIGHT,WIDTH"
-
-
-def non_negative_pair(text):
-    """`"4,4"` -> `(4, 4)`, two integers >= 0."""
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        values = ()
-    if len(values) != 2 or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected two integers >= 0 as HEIGHT,WIDTH, got {text!r}")
-    return values
-
-
-non_negative_pair.__name__ = "HEIGHT,WIDTH"
+pair = _int_pair(1, "two positive integers")
+non_negative_pair = _int_pair(0, "two integers >= 0")
 
 
 def temperature_list(text):

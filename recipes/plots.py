@@ -67,10 +67,7 @@ def piano_roll(path, primer_notes, continuation_notes, *, boundary_seconds=None,
     )
     if title:
         axes.set_title(title)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def attention_heads(path, weights, query_positions, *, boundary=None, title=None, key_labels="event"):
@@ -114,10 +111,7 @@ def attention_heads(path, weights, query_positions, *, boundary=None, title=None
     axes[-1, 0].set_xlabel(f"key {key_labels} position")
     if title:
         axes[0, 0].set_title(title)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
@@ -156,6 +150,11 @@ def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
         axis.set_xlabel("source")
     if title:
         figure.suptitle(title)
+    return save_figure(figure, path)
+
+
+def save_figure(figure, path):
+    """Lays `figure` out, writes it to `path` as PNG, frees it; returns `path`."""
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
