@@ -1,12 +1,12 @@
 """Local 1D self-attention in blocks (Image Transformer), causal or not."""
 
-import inspect
 import numbers
 
 import keras
 from keras import ops
 
 from keras_selfattn.compat import get_keras_mask, set_keras_mask
+from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.blocking_1d import (
     block_attention,
@@ -108,63 +108,12 @@ class LocalAttentionBase(MultiHeadAttention):
         query_shape, value_shape, key_shape = ((None, None, shape[-1]) for shape in feature_shapes)
         super().build(query_shape, value_shape, key_shape)
 
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        attention_bias=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-    ):
-        return self._local_attention(
-            query,
-            value,
-            key,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            return_attention_scores=return_attention_scores,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            training=training,
-            use_causal_mask=use_causal_mask,
-        )
-
-    def _local_attention(
-        self,
-        query,
-        value,
-        key,
-        query_mask,
-        value_mask,
-        key_mask,
-        attention_mask,
-        attention_bias,
-        return_attention_scores,
-        cache,
-        cache_update_index,
-        training,
-        use_causal_mask,
-        grid_shape=None,
-    ):
-        """The call of both layers; `grid_shape` is the 2D layer's."""
-        self._reject_unsupported(attention_mask, attention_bias, return_attention_scores)
-        query, value, key, query_mask, key_mask = self._self_attention_inputs(
-            query, value, key, query_mask, value_mask, key_mask, cached=cache is not None
-        )
-        self._check_call(
-            query, value, key, key_mask, cache, cache_update_index, use_causal_mask, grid_shape
-        )
+    def _attend(self, call):
+        call = self._with_causality(call)
+        self._reject_unsupported(call)
+        query, value, key, query_mask, key_mask = self._self_attention_inputs(call)
+        self._check_call(call, query, value, key, key_mask)
+        cache, cache_update_index, training = call.cache, call.cache_update_index, call.training
         self._check_features(query=query, value=value, key=key)
         query_sequence = self._to_sequence(query)
         key_sequence, value_sequence = self._to_sequence(key), self._to_sequence(value)
@@ -179,7 +128,7 @@ class LocalAttentionBase(MultiHeadAttention):
                 query_mask=query_mask,
                 key_mask=key_mask,
                 grid_shape=tuple(query.shape[1:-1]),
-                causal=use_causal_mask,
+                causal=call.use_causal_mask,
                 training=training,
             )
         else:
@@ -193,7 +142,6 @@ class LocalAttentionBase(MultiHeadAttention):
                 value_cache,
                 ops.cast(cache_update_index, "int32"),
                 query_mask=query_mask,
-                grid_shape=grid_shape,
                 training=training,
             )
         if gate is not None:
@@ -204,31 +152,37 @@ class LocalAttentionBase(MultiHeadAttention):
             set_keras_mask(output, query_mask)
         return output if cache is None else (output, cache)
 
-    def _self_attention_inputs(self, query, value, key, query_mask, value_mask, key_mask, cached):
-        """Defaults `value` to `query` and collects the padding masks.
+    def _with_causality(self, call):
+        """The call with `use_causal_mask=None` read as False."""
+        return call.replace(use_causal_mask=False) if call.use_causal_mask is None else call
+
+    def _self_attention_inputs(self, call):
+        """`(query, value, key, query_mask, key_mask)`: `value` defaulting to
+        `query`, and the padding masks.
 
         Without a `value`, the query's padding mask masks the keys too, except
         in a cached step, whose keys are read from the cache.
         """
+        query, value, query_mask, value_mask = call.query, call.value, call.query_mask, call.value_mask
         if value is None:
             value = query
             if query_mask is None:
                 query_mask = get_keras_mask(query)
-            if value_mask is None and not cached:
+            if value_mask is None and call.cache is None:
                 value_mask = query_mask
-        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
+        key, key_mask = self._key_and_key_mask(query, value, call.key, value_mask, call.key_mask)
         return query, value, key, query_mask, key_mask
 
     def _to_sequence(self, x):
         """Inputs as `[batch, positions, features]` for the projections."""
         return x
 
-    def _reject_unsupported(self, attention_mask, attention_bias, return_attention_scores):
+    def _reject_unsupported(self, call):
         """`ValueError` naming a call argument that block attention cannot honour."""
         given = {
-            "attention_mask": attention_mask,
-            "attention_bias": attention_bias,
-            "return_attention_scores": return_attention_scores or None,
+            "attention_mask": call.attention_mask,
+            "attention_bias": call.attention_bias,
+            "return_attention_scores": call.return_attention_scores or None,
         }
         for name, argument in given.items():
             if argument is None:
@@ -243,15 +197,17 @@ class LocalAttentionBase(MultiHeadAttention):
                 f"`value_mask` and causality as `use_causal_mask`. Received: {received}"
             )
 
-    def _check_call(
-        self, query, value, key, key_mask, cache, cache_update_index, use_causal_mask, grid_shape
-    ):
+    def _check_call(self, call, query, value, key, key_mask):
+        """`ValueError` for a call the layer cannot run, before any work."""
+        cache, cache_update_index, use_causal_mask = (
+            call.cache, call.cache_update_index, call.use_causal_mask
+        )
         if not isinstance(use_causal_mask, bool):
             raise ValueError(
                 "`use_causal_mask` must be True or False. "
                 f"Received: use_causal_mask={use_causal_mask!r}"
             )
-        self._check_local_inputs(query, value, key, cache, grid_shape)
+        self._check_local_inputs(query, value, key, cache)
         if cache is None:
             if cache_update_index is not None:
                 raise ValueError(
@@ -293,30 +249,11 @@ class LocalAttentionBase(MultiHeadAttention):
         return _heads_first(output[:, :, 0])
 
     def compute_output_spec(self, *args, **kwargs):
-        arguments = inspect.signature(self.call).bind(*args, **kwargs)
-        arguments.apply_defaults()
-        arguments = arguments.arguments
-        query, cache = arguments["query"], arguments["cache"]
-        value = query if arguments["value"] is None else arguments["value"]
-        key = value if arguments["key"] is None else arguments["key"]
-        key_mask = merge_masks(
-            arguments["value_mask"], None if key is value else arguments["key_mask"]
-        )
-        self._reject_unsupported(
-            arguments["attention_mask"],
-            arguments["attention_bias"],
-            arguments["return_attention_scores"],
-        )
-        self._check_call(
-            query,
-            value,
-            key,
-            key_mask,
-            cache,
-            arguments["cache_update_index"],
-            arguments["use_causal_mask"],
-            arguments.get("grid_shape"),
-        )
+        call = self._with_causality(AttentionCall(*args, **kwargs))
+        self._reject_unsupported(call)
+        query, value, key, _, key_mask = self._self_attention_inputs(call)
+        self._check_call(call, query, value, key, key_mask)
+        cache = call.cache
         features = self.output_features or (query.shape[-1],)
         output = keras.KerasTensor(
             tuple(query.shape[:-1]) + tuple(features), dtype=self.compute_dtype
@@ -440,7 +377,7 @@ class LocalAttention1D(LocalAttentionBase):
             check_input_rank(name, shape, 3, "[batch, length, features]")
         self._build_projections((query_shape, value_shape, key_shape))
 
-    def _check_local_inputs(self, query, value, key, cache, grid_shape):
+    def _check_local_inputs(self, query, value, key, cache):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
             check_input_rank(name, tensor.shape, 3, "[batch, length, features]")
         if cache is None and not value.shape[1] == key.shape[1] == query.shape[1]:
@@ -494,9 +431,7 @@ class LocalAttention1D(LocalAttentionBase):
         output = merge_blocks(output, axis=2)[:, :, :length]
         return ops.transpose(output, (0, 2, 1, 3))
 
-    def _cached_attention(
-        self, query, key_cache, value_cache, cache_update_index, query_mask, grid_shape, training
-    ):
+    def _cached_attention(self, query, key_cache, value_cache, cache_update_index, query_mask, training):
         block_length = self.block_length
         steps, max_length = query.shape[1], key_cache.shape[1]
         window_length = min(max_length, 2 * block_length + steps - 1)

@@ -55,9 +55,9 @@ class LocalAttention2D(LocalAttentionBase):
     position in the image padded to multiples of `query_shape`
     (`max_length >= padded height x padded width`). A step call takes the
     pixel `[batch, 1, 1, channels]`, its block-raster position as
-    `cache_update_index`, the position grid's size as `grid_shape` and
-    `use_causal_mask=True`; it gathers from the cache only the positions of
-    that pixel's memory.
+    `cache_update_index` and `use_causal_mask=True`; it gathers from the
+    cache only the positions of that pixel's memory, in the grid of the
+    constructor's `grid_shape`.
 
     Shapes: `query`, `value`, `key` `[batch, height, width, channels]`, one
     image size; the output is `[batch, height, width, output_dim]`.
@@ -68,6 +68,10 @@ class LocalAttention2D(LocalAttentionBase):
         query_shape: `(qh, qw)`, positive integers.
         memory_flange: `(fh, fw)`, non-negative integers, at most the image's
             height and width.
+        grid_shape: `(height, width)` of the images the layer decodes with a
+            cache (a step's input is one pixel, so the grid cannot be read
+            from it); needed for cached steps only. When given, full calls
+            must have that size too.
         value_dim: size of each head for value; defaults to `key_dim`.
         dropout: dropout rate on the attention probabilities.
         use_bias: whether the projections have biases.
@@ -97,8 +101,6 @@ class LocalAttention2D(LocalAttentionBase):
         training: whether dropout is active.
         use_causal_mask: whether a pixel attends only to the pixels before it
             in block-raster order (in its causal memory). Defaults to `False`.
-        grid_shape: with a cache, the `(rows, columns)` of the position grid
-            being generated (the `(height, width)` of the full `query`).
 
     Returns:
         `output` `[batch, height, width, output_dim]`, or `(output, cache)`
@@ -110,7 +112,7 @@ class LocalAttention2D(LocalAttentionBase):
     >>> from keras import ops
     >>> from keras_selfattn.ops.blocking_2d import block_raster_index
     >>> layer = LocalAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
-    ...                          memory_flange=(1, 1))
+    ...                          memory_flange=(1, 1), grid_shape=(4, 4))
     >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
     >>> tuple(layer(image).shape)  # each 2 x 2 block attends to its 4 x 4 window
     (1, 4, 4, 8)
@@ -122,7 +124,7 @@ class LocalAttention2D(LocalAttentionBase):
     >>> for r, c in order:
     ...     step, cache = layer(image[:, r:r + 1, c:c + 1], cache=cache,
     ...                         cache_update_index=int(block_raster_index(r, c, 4, (2, 2))),
-    ...                         grid_shape=(4, 4), use_causal_mask=True)
+    ...                         use_causal_mask=True)
     >>> bool(np.allclose(ops.convert_to_numpy(step)[0, 0, 0], full[0, 3, 3], atol=1e-5))
     True
 
@@ -131,16 +133,25 @@ class LocalAttention2D(LocalAttentionBase):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(self, num_heads, key_dim, query_shape, memory_flange=(0, 0), **kwargs):
+    def __init__(
+        self, num_heads, key_dim, query_shape, memory_flange=(0, 0), grid_shape=None, **kwargs
+    ):
         query_shape = _pair("query_shape", query_shape, check_positive_int)
         memory_flange = _pair("memory_flange", memory_flange, check_non_negative_int)
+        if grid_shape is not None:
+            grid_shape = _pair("grid_shape", grid_shape, check_positive_int)
         super().__init__(num_heads, key_dim, **kwargs)
         self.query_shape = query_shape
         self.memory_flange = memory_flange
+        self.grid_shape = grid_shape
+        if grid_shape is not None:
+            self._check_flange(grid_shape)
 
     def get_config(self):
         config = super().get_config()
-        config.update(query_shape=self.query_shape, memory_flange=self.memory_flange)
+        config.update(
+            query_shape=self.query_shape, memory_flange=self.memory_flange, grid_shape=self.grid_shape
+        )
         return config
 
     def build(self, query_shape, value_shape=None, key_shape=None):
@@ -150,45 +161,11 @@ class LocalAttention2D(LocalAttentionBase):
             check_input_rank(name, shape, 4, "[batch, height, width, channels]")
         self._build_projections((query_shape, value_shape, key_shape))
 
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        attention_bias=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=False,
-        grid_shape=None,
-    ):
-        return self._local_attention(
-            query,
-            value,
-            key,
-            query_mask=query_mask,
-            value_mask=value_mask,
-            key_mask=key_mask,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            return_attention_scores=return_attention_scores,
-            cache=cache,
-            cache_update_index=cache_update_index,
-            training=training,
-            use_causal_mask=use_causal_mask,
-            grid_shape=grid_shape,
-        )
-
     def _to_sequence(self, x):
         """Pixels in raster order, `[batch, height * width, channels]`."""
         return ops.reshape(x, [-1, x.shape[1] * x.shape[2], x.shape[3]])
 
-    def _check_local_inputs(self, query, value, key, cache, grid_shape):
+    def _check_local_inputs(self, query, value, key, cache):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
             check_input_rank(name, tensor.shape, 4, "[batch, height, width, channels]")
             if None in tensor.shape[1:3]:
@@ -202,26 +179,25 @@ class LocalAttention2D(LocalAttentionBase):
                     "With a `cache`, `query` is one pixel `[batch, 1, 1, channels]`. "
                     f"Received: query.shape={tuple(query.shape)}"
                 )
-            if grid_shape is None:
+            if self.grid_shape is None:
                 raise ValueError(
-                    "With a `cache`, pass `grid_shape=(rows, columns)`, the size of "
-                    "the position grid being generated."
+                    "A cached step needs the size of the images being decoded: construct "
+                    "the layer with `grid_shape=(height, width)`."
                 )
-            grid_shape = _pair("grid_shape", grid_shape, check_positive_int)
-            self._check_cache_length(cache, grid_shape)
-        else:
-            if grid_shape is not None:
-                raise ValueError(
-                    "`grid_shape` is for a cached step (with a `cache`); a full "
-                    f"call reads it from `query`. Received: grid_shape={grid_shape!r}"
-                )
-            if not tuple(value.shape[1:3]) == tuple(key.shape[1:3]) == tuple(query.shape[1:3]):
-                raise ValueError(
-                    "Local self-attention needs `query`, `value` and `key` of one "
-                    f"image size. Received: query.shape={tuple(query.shape)}, "
-                    f"value.shape={tuple(value.shape)}, key.shape={tuple(key.shape)}"
-                )
-            grid_shape = tuple(query.shape[1:3])
+            self._check_cache_length(cache, self.grid_shape)
+            return
+        if not tuple(value.shape[1:3]) == tuple(key.shape[1:3]) == tuple(query.shape[1:3]):
+            raise ValueError(
+                "Local self-attention needs `query`, `value` and `key` of one "
+                f"image size. Received: query.shape={tuple(query.shape)}, "
+                f"value.shape={tuple(value.shape)}, key.shape={tuple(key.shape)}"
+            )
+        grid_shape = tuple(query.shape[1:3])
+        if self.grid_shape is not None and grid_shape != self.grid_shape:
+            raise ValueError(
+                f"This layer decodes images of `grid_shape` {self.grid_shape}. "
+                f"Received: query.shape={tuple(query.shape)}"
+            )
         self._check_flange(grid_shape)
 
     def _check_flange(self, grid_shape):
@@ -293,10 +269,8 @@ class LocalAttention2D(LocalAttentionBase):
         heads_first = ops.transpose(sequence, (0, 2, 1, 3))
         return ops.reshape(heads_first, [-1, *grid_shape, sequence.shape[-1]])
 
-    def _cached_attention(
-        self, query, key_cache, value_cache, cache_update_index, query_mask, grid_shape, training
-    ):
-        height, width = _pair("grid_shape", grid_shape, check_positive_int)
+    def _cached_attention(self, query, key_cache, value_cache, cache_update_index, query_mask, training):
+        height, width = self.grid_shape
         padded_height, padded_width = padded_grid_shape(height, width, self.query_shape)
         query_height, query_width = self.query_shape
         block_size = query_height * query_width

@@ -141,40 +141,15 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             )
         return True
 
-    def call(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        attention_bias=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=None,
-    ):
-        self._resolve_use_causal_mask(use_causal_mask)
-        if cache is not None or cache_update_index is not None:
-            return super().call(
-                query,
-                value,
-                key=key,
-                query_mask=query_mask,
-                value_mask=value_mask,
-                key_mask=key_mask,
-                attention_mask=attention_mask,
-                attention_bias=attention_bias,
-                cache=cache,
-                cache_update_index=cache_update_index,
-                return_attention_scores=return_attention_scores,
-                training=training,
-                use_causal_mask=use_causal_mask,
-            )
-        _check_full_pass_arguments(attention_mask, attention_bias, return_attention_scores)
+    def _attend(self, call):
+        self._resolve_use_causal_mask(call.use_causal_mask)
+        if call.cache is not None or call.cache_update_index is not None:
+            return super()._attend(call)
+        query, value, key = call.query, call.value, call.key
+        query_mask, value_mask, key_mask = call.query_mask, call.value_mask, call.key_mask
+        _check_full_pass_arguments(
+            call.attention_mask, call.attention_bias, call.return_attention_scores
+        )
         if value is None:
             value = query
             value_mask = query_mask if value_mask is None else value_mask
@@ -188,7 +163,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             self.value_dense(value),
             query_mask=query_mask,
             key_mask=key_mask,
-            training=training,
+            training=call.training,
         )
         if gate is not None:
             output = ops.multiply(output, gate)
@@ -211,7 +186,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         relative = local_relative_logits(ops.cast(_dot_rows(query_blocks, key_rows), "float32"))
         mask = self._local_mask(query_mask, key_mask, length)
         value_table = self.relative_value_embeddings
-        output, _, weights = self._attend(
+        output, _, weights = self._attention_core(
             query_blocks, key_windows, value_windows, relative, mask, training, False,
             value_table is not None,
         )
@@ -248,32 +223,18 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             mask = ops.logical_and(mask, ops.cast(query_present, "bool")[:, None, :, :, None])
         return mask
 
-    def _compute_attention_with_context(
-        self,
-        query,
-        key,
-        value,
-        *,
-        attention_mask,
-        attention_bias,
-        cache_update_index,
-        use_causal_mask,
-        training,
-        return_attention_scores,
-    ):
+    def _compute_attention_with_context(self, query, key, value, call):
         """Cached calls: the dense relative attention, limited to the window."""
-        offset = 0 if cache_update_index is None else cache_update_index
+        offset = 0 if call.cache_update_index is None else call.cache_update_index
         window = self._window_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
         return super()._compute_attention_with_context(
             query,
             key,
             value,
-            attention_mask=merge_masks(attention_mask, window[None, None]),
-            attention_bias=attention_bias,
-            cache_update_index=offset,
-            use_causal_mask=use_causal_mask,
-            training=training,
-            return_attention_scores=return_attention_scores,
+            call.replace(
+                attention_mask=merge_masks(call.attention_mask, window[None, None]),
+                cache_update_index=offset,
+            ),
         )
 
     def _window_mask(self, query_length, key_length, cache_update_index):

@@ -5,6 +5,7 @@ import numpy as np
 from keras import backend, ops
 
 from keras_selfattn.compat import MultiHeadAttentionInternals, get_keras_mask, set_keras_mask
+from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.masks import (
@@ -143,52 +144,60 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         training=None,
         use_causal_mask=None,
     ):
-        use_causal_mask = self._resolve_use_causal_mask(use_causal_mask)
+        return self._attend(AttentionCall(
+            query, value, key, query_mask, value_mask, key_mask, attention_mask,
+            attention_bias, cache, cache_update_index, return_attention_scores, training,
+            use_causal_mask,
+        ))
+
+    def _attend(self, call):
+        """The layer's computation for one `AttentionCall`; the layers that
+        attend another way (blocks, windows) override it."""
+        use_causal_mask = self._resolve_use_causal_mask(call.use_causal_mask)
+        query, value, key, cache = call.query, call.value, call.key, call.cache
+        query_mask, value_mask = call.query_mask, call.value_mask
         if query_mask is None:
             # Keras fills `query_mask` itself only when several tensors are passed.
             query_mask = get_keras_mask(query)
         if value is None:
             value, value_mask = query, _self_attention_key_mask(query_mask, value_mask, cache)
-        self._check_inputs(query, value, value if key is None else key, attention_mask, attention_bias)
-        if cache is not None or attention_bias is not None:
+        self._check_inputs(
+            query, value, value if key is None else key, call.attention_mask, call.attention_bias
+        )
+        if cache is not None or call.attention_bias is not None:
             self._check_sequence_attention(query)
         if use_causal_mask:
             self._check_causal_axes()
         if not self._is_sequence_attention(query):
             # Extra or several attention axes: Keras's own computation.
             return super().call(
-                query, value, key, query_mask, value_mask, key_mask, attention_mask,
-                return_attention_scores, training, use_causal_mask,
+                query, value, key, query_mask, value_mask, call.key_mask, call.attention_mask,
+                call.return_attention_scores, call.training, use_causal_mask,
             )
-        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
+        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, call.key_mask)
 
         gate = self.gate_dense(query) if self.use_gate else None
         projected_query = self.query_dense(query)
         if cache is None:
             projected_key, projected_value = self.key_dense(key), self.value_dense(value)
         else:
-            self._check_cache(cache, query, cache_update_index)
+            self._check_cache(cache, query, call.cache_update_index)
             projected_key, projected_value, cache = self._read_and_update_cache(
-                cache, key, value, cache_update_index
+                cache, key, value, call.cache_update_index
             )
         mask = self._attention_mask(
             projected_query,
             projected_key,
             query_mask=query_mask,
             key_mask=key_mask,
-            attention_mask=attention_mask,
-            cache_update_index=cache_update_index,
+            attention_mask=call.attention_mask,
+            cache_update_index=call.cache_update_index,
         )
         output, scores = self._compute_attention_with_context(
             projected_query,
             projected_key,
             projected_value,
-            attention_mask=mask,
-            attention_bias=attention_bias,
-            cache_update_index=cache_update_index,
-            use_causal_mask=use_causal_mask,
-            training=training,
-            return_attention_scores=return_attention_scores,
+            call.replace(attention_mask=mask, use_causal_mask=use_causal_mask),
         )
         if gate is not None:
             output = ops.multiply(output, gate)
@@ -197,7 +206,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             set_keras_mask(output, query_mask)
 
         results = (output,)
-        if return_attention_scores:
+        if call.return_attention_scores:
             results += (scores,)
         if cache is not None:
             results += (cache,)
@@ -209,64 +218,48 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         the other."""
         return bool(use_causal_mask)
 
-    def _compute_attention_with_context(
-        self,
-        query,
-        key,
-        value,
-        *,
-        attention_mask,
-        attention_bias,
-        cache_update_index,
-        use_causal_mask,
-        training,
-        return_attention_scores,
-    ):
+    def _compute_attention_with_context(self, query, key, value, call):
         """Attention over projected `[batch, length, heads, dim]` tensors.
 
         The hook subclasses of this package override to change how logits
         are formed. `attention_mask` holds the padding and explicit masks but
         not the causal one: `use_causal_mask` asks for it, and query row `i`
-        stands at absolute position `cache_update_index + i` (`None`: 0).
+        stands at absolute position `cache_update_index + i` (`None`: 0);
+        `call` is the `AttentionCall` with those already resolved.
         A user's subclass that overrides Keras's documented hook
         `_compute_attention` instead gets every mask merged into
         `attention_mask`, as Keras passes it.
         """
         if type(self)._compute_attention is not MultiHeadAttention._compute_attention:
-            return self._call_overridden_compute_attention(
-                query, key, value, attention_mask, attention_bias,
-                cache_update_index, use_causal_mask, training, return_attention_scores,
-            )
+            return self._call_overridden_compute_attention(query, key, value, call)
         return dot_product_attention(
             query,
             key,
             value,
-            bias=attention_bias,
-            mask=attention_mask,
+            bias=call.attention_bias,
+            mask=call.attention_mask,
             scale=self.logit_scale,
-            dropout=self._attention_dropout(training),
-            return_scores=return_attention_scores,
-            causal=use_causal_mask,
-            cache_update_index=0 if cache_update_index is None else cache_update_index,
+            dropout=self._attention_dropout(call.training),
+            return_scores=call.return_attention_scores,
+            causal=call.use_causal_mask,
+            cache_update_index=0 if call.cache_update_index is None else call.cache_update_index,
             flash_attention=self.flash_attention,
         )
 
-    def _call_overridden_compute_attention(
-        self, query, key, value, attention_mask, attention_bias,
-        cache_update_index, use_causal_mask, training, return_attention_scores,
-    ):
-        if attention_bias is not None:
+    def _call_overridden_compute_attention(self, query, key, value, call):
+        attention_mask = call.attention_mask
+        if call.attention_bias is not None:
             raise ValueError(
                 f"{type(self).__name__} overrides `_compute_attention`, which has no "
                 "`attention_bias` argument; pass the bias through its mask or "
                 "override `_compute_attention_with_context`."
             )
-        if use_causal_mask:
-            offset = 0 if cache_update_index is None else cache_update_index
+        if call.use_causal_mask:
+            offset = 0 if call.cache_update_index is None else call.cache_update_index
             causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
             attention_mask = merge_masks(attention_mask, causal[None, None])
         return self._compute_attention(
-            query, key, value, attention_mask, training, return_attention_scores
+            query, key, value, attention_mask, call.training, call.return_attention_scores
         )
 
     def _compute_attention(
@@ -449,28 +442,15 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 f"{max_length}. Received: cache_update_index={index}"
             )
 
-    def compute_output_spec(
-        self,
-        query,
-        value=None,
-        key=None,
-        query_mask=None,
-        value_mask=None,
-        key_mask=None,
-        attention_mask=None,
-        attention_bias=None,
-        cache=None,
-        cache_update_index=None,
-        return_attention_scores=False,
-        training=None,
-        use_causal_mask=None,
-    ):
-        value = query if value is None else value
+    def compute_output_spec(self, *args, **kwargs):
+        call = AttentionCall(*args, **kwargs)
+        query, key, cache = call.query, call.key, call.cache
+        value = query if call.value is None else call.value
         key_shape = None if key is None else key.shape
         output_shape = self.compute_output_shape(query.shape, value.shape, key_shape)
         results = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         key_length = value.shape[1] if cache is None else cache.shape[2]
-        if return_attention_scores:
+        if call.return_attention_scores:
             scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
             results += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
         if cache is not None:

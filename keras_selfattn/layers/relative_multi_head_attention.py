@@ -252,43 +252,27 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             )
         return bool(use_causal_mask)
 
-    def _compute_attention_with_context(
-        self,
-        query,
-        key,
-        value,
-        *,
-        attention_mask,
-        attention_bias,
-        cache_update_index,
-        use_causal_mask,
-        training,
-        return_attention_scores,
-    ):
+    def _compute_attention_with_context(self, query, key, value, call):
         """Relative attention over projected `[batch, length, heads, dim]`
         tensors: `(output [batch, query, heads, value_dim], scores or None)`.
 
-        `attention_mask` holds the padding and explicit masks; query row `i`
-        stands at position `cache_update_index + i` (`None`: 0).
+        `call.attention_mask` holds the padding and explicit masks; query
+        row `i` stands at position `call.cache_update_index + i` (`None`: 0).
         """
         # Scaling the query scales content and relative logits together.
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
         query, key, value = (_heads_first(x) for x in (query, key, value))
-        if cache_update_index is not None:
+        common = (
+            call.attention_mask, call.attention_bias, call.training, call.return_attention_scores
+        )
+        if call.cache_update_index is not None:
             output, scores = self._attend_by_pairs(
-                query, key, value, attention_mask, attention_bias, training,
-                return_attention_scores, cache_update_index, use_causal_mask,
+                query, key, value, *common, call.cache_update_index, call.use_causal_mask
             )
-        elif use_causal_mask:
-            output, scores = self._attend_causal(
-                query, key, value, attention_mask, attention_bias, training,
-                return_attention_scores,
-            )
+        elif call.use_causal_mask:
+            output, scores = self._attend_causal(query, key, value, *common)
         else:
-            output, scores = self._attend_both_ways(
-                query, key, value, attention_mask, attention_bias, training,
-                return_attention_scores,
-            )
+            output, scores = self._attend_both_ways(query, key, value, *common)
         return _heads_first(output), scores
 
     def _attend_causal(self, query, key, value, mask, bias, training, return_scores):
@@ -314,7 +298,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             core_rows = None if value_rows is None else _broadcast_table(value_rows, len(value.shape))
             dropout = self._attention_dropout(training)
             return softmax_attention(query, key, value, relative, mask, dropout, core_rows), None
-        output, scores, weights = self._attend(
+        output, scores, weights = self._attention_core(
             query, key, value, relative, mask, training, True, value_rows is not None
         )
         if value_rows is not None:
@@ -351,7 +335,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if bias is not None:
             relative = relative + ops.cast(bias, "float32")
         value_table = self.relative_value_embeddings
-        output, scores, weights = self._attend(
+        output, scores, weights = self._attention_core(
             query, key, value, relative, mask, training, return_scores, value_table is not None
         )
         if value_table is not None:
@@ -392,7 +376,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if bias is not None:
             relative = relative + ops.cast(bias, "float32")
         value_table = self.relative_value_embeddings
-        output, scores, weights = self._attend(
+        output, scores, weights = self._attention_core(
             query, key, value, relative, mask, training, return_scores, value_table is not None
         )
         if value_table is not None:
@@ -408,7 +392,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             )
         return output, scores
 
-    def _attend(self, query, key, value, bias, mask, training, return_scores, need_weights):
+    def _attention_core(self, query, key, value, bias, mask, training, return_scores, need_weights):
         """The attention core on `[batch, heads, length, dim]` tensors:
         `(output, scores or None, weights or None)`; the weights (dropped out
         probabilities) when a relative value term needs them."""

@@ -47,8 +47,6 @@ class TransformerDecoderBlock(keras.layers.Layer):
         cache: optional self-attention cache (layout of the attention layer,
             `[batch, 2, max_length, num_heads, key_dim]`).
         cache_update_index: position of the first input row in the cache.
-        grid_shape: with a cache and `LocalAttention2D`, the `(rows,
-            columns)` of the position grid being generated.
         training: whether dropout is active.
 
     Returns:
@@ -123,7 +121,6 @@ class TransformerDecoderBlock(keras.layers.Layer):
         encoder_padding_mask=None,
         cache=None,
         cache_update_index=None,
-        grid_shape=None,
         training=None,
     ):
         if (encoder_outputs is None) != (self.cross_attention is None):
@@ -137,10 +134,9 @@ class TransformerDecoderBlock(keras.layers.Layer):
         def attend_to_self(x):
             if cache is None:
                 return self.self_attention(x, use_causal_mask=True, training=training)
-            grid = {} if grid_shape is None else {"grid_shape": grid_shape}
             output, updated = self.self_attention(
                 x, cache=cache, cache_update_index=cache_update_index,
-                use_causal_mask=True, training=training, **grid,
+                use_causal_mask=True, training=training,
             )
             new_cache.append(updated)
             return output

@@ -7,6 +7,9 @@ scores are returned or refused by name, and a loop of one-step cached calls
 equals the causal pass.
 """
 
+import dataclasses
+import inspect
+
 import keras
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from keras_selfattn.layers import (
     MultiHeadAttention,
     RelativeMultiHeadAttention,
 )
+from keras_selfattn.layers.attention_call import AttentionCall
 
 HEADS, KEY_DIM, WIDTH, LENGTH = 2, 4, 8, 7
 
@@ -140,7 +144,9 @@ def test_cached_loop_equals_causal_pass(name):
 
 class TestLocalAttention2D:
     def make(self):
-        return LocalAttention2D(HEADS, KEY_DIM, query_shape=(2, 2), memory_flange=(1, 1))
+        return LocalAttention2D(
+            HEADS, KEY_DIM, query_shape=(2, 2), memory_flange=(1, 1), grid_shape=(4, 4)
+        )
 
     def image(self):
         return np.random.default_rng(1).normal(size=(2, 4, 4, WIDTH)).astype("float32")
@@ -177,3 +183,14 @@ class TestLocalAttention2D:
         layer, image = self.make(), self.image()
         expected = numpy(layer(image, use_causal_mask=True))
         np.testing.assert_allclose(cached_image_loop(layer, image), expected, atol=1e-5)
+
+
+def test_attention_call_binds_arguments_as_the_call_does():
+    parameters = list(inspect.signature(MultiHeadAttention.call).parameters.values())[1:]
+    fields = dataclasses.fields(AttentionCall)
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    for parameter, field in zip(parameters[1:], fields[1:]):
+        assert parameter.default == field.default, parameter.name
+    call = AttentionCall("q", "v", key_mask="k", use_causal_mask=True)
+    assert (call.query, call.value, call.key, call.key_mask) == ("q", "v", None, "k")
+    assert call.replace(use_causal_mask=False).use_causal_mask is False

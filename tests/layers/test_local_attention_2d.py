@@ -194,13 +194,10 @@ def test_changing_a_later_pixel_changes_no_earlier_output(
 def cached_loop(layer, image, step_function=None):
     """Generates every pixel in block-raster order; returns the outputs as an image."""
     height, width = image.shape[1:3]
+    assert layer.grid_shape == (height, width)
     step_function = step_function or (
         lambda pixel, cache, index: layer(
-            pixel,
-            cache=cache,
-            cache_update_index=index,
-            grid_shape=(height, width),
-            use_causal_mask=True,
+            pixel, cache=cache, cache_update_index=index, use_causal_mask=True
         )
     )
     padded = padded_grid_shape(height, width, layer.query_shape)
@@ -217,19 +214,19 @@ def cached_loop(layer, image, step_function=None):
     [(4, 6, (2, 3), (1, 2)), (5, 7, (2, 3), (2, 4)), (3, 4, (3, 4), (0, 0))],
 )
 def test_cached_loop_equals_full_masked_pass(height, width, query_shape, memory_flange):
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange, grid_shape=(height, width))
     image = images(height, width)
     full = numpy(layer(image, use_causal_mask=True))
     np.testing.assert_allclose(cached_loop(layer, image), full, atol=1e-5)
 
 
 def test_compiled_cached_step_with_tensor_index():
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2))
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(4, 5))
     image = images(4, 5)
     full = numpy(layer(image, use_causal_mask=True))
     step = jit(
         lambda pixel, cache, index: layer(
-            pixel, cache=cache, cache_update_index=index, grid_shape=(4, 5), use_causal_mask=True
+            pixel, cache=cache, cache_update_index=index, use_causal_mask=True
         )
     )
     looped = cached_loop(
@@ -313,26 +310,28 @@ def test_bad_call_arguments():
         layer(images(4, 4), images(4, 5))
     with pytest.raises(ValueError, match="`use_causal_mask` must be True or False"):
         layer(images(4, 4), use_causal_mask=1)
-    with pytest.raises(ValueError, match="`grid_shape` is for a cached step"):
+    with pytest.raises(TypeError, match="grid_shape"):
         layer(images(4, 4), grid_shape=(4, 4))
+    with pytest.raises(ValueError, match="decodes images of `grid_shape` \\(4, 4\\)"):
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), grid_shape=(4, 4))(images(4, 6))
     with pytest.raises(TypeError, match="image_shape"):
         layer(images(4, 4), image_shape=(4, 4, CHANNELS))
 
 
 def test_cache_arguments_are_checked():
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))
     pixel, cache = images(1, 1), np.zeros((2, 2, 16, HEADS, KEY_DIM), "float32")
     causal = {"cache": cache, "cache_update_index": 0, "use_causal_mask": True}
-    with pytest.raises(ValueError, match="pass `grid_shape="):
-        layer(pixel, **causal)
+    with pytest.raises(ValueError, match="construct the layer with `grid_shape="):
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))(pixel, **causal)
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), grid_shape=(4, 4))
     with pytest.raises(ValueError, match="one pixel"):
-        layer(images(2, 2), grid_shape=(4, 4), **causal)
+        layer(images(2, 2), **causal)
     with pytest.raises(ValueError, match="block-raster positions"):
-        layer(pixel, grid_shape=(5, 4), **causal)
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), grid_shape=(5, 4))(pixel, **causal)
     with pytest.raises(ValueError, match="`grid_shape` must be a pair of positive integers"):
-        layer(pixel, grid_shape=(4, True), **causal)
+        LocalAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1), grid_shape=(4, True))
     with pytest.raises(ValueError, match="A `cache` needs `use_causal_mask=True`"):
-        layer(pixel, cache=cache, cache_update_index=0, grid_shape=(4, 4))
+        layer(pixel, cache=cache, cache_update_index=0)
     with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
         layer(images(4, 4), cache_update_index=0)
 
