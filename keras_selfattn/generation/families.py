@@ -6,6 +6,7 @@ and their inputs, so the family, the image shape, the attention of the
 decoder and its generation order all follow from the model itself.
 """
 
+import math
 import weakref
 
 import keras
@@ -102,8 +103,15 @@ class ImageModel:
         return self.config["head"] == "dmol"
 
     def encode_low_resolution(self, low_resolution):
-        """The encoder outputs of a super-resolution model for its input image."""
-        return _low_resolution_encoder(self._model())(low_resolution)
+        """`(encoder_outputs, upsampled)` of a super-resolution model for its
+        input image: the encoder's outputs and the upsampled image's
+        embedding `[batch, positions, hidden_dim]` in raster order (`None`
+        for a model without one)."""
+        encoded, *upsampled = _low_resolution_encoder(self._model())(low_resolution)
+        if not upsampled:
+            return encoded, None
+        positions = math.prod(upsampled[0].shape[1:-1])
+        return encoded, keras.ops.reshape(upsampled[0], (-1, positions, upsampled[0].shape[-1]))
 
 
 def _image_decoder_config(layers):
@@ -127,10 +135,11 @@ _ENCODERS = weakref.WeakKeyDictionary()
 
 
 def _low_resolution_encoder(model):
-    # The model's own graph from its low-resolution input to `encoder_norm`,
-    # built once per model.
+    # The model's own graph from its low-resolution input to `encoder_norm`
+    # (and `upsampled_embedding`), built once per model.
     if model not in _ENCODERS:
-        _ENCODERS[model] = keras.Model(
-            model.input["low_resolution"], model.get_layer("encoder_norm").output
-        )
+        outputs = [model.get_layer("encoder_norm").output]
+        if any(layer.name == "upsampled_embedding" for layer in model.layers):
+            outputs.append(model.get_layer("upsampled_embedding").output)
+        _ENCODERS[model] = keras.Model(model.input["low_resolution"], outputs)
     return _ENCODERS[model]

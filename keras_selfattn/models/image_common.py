@@ -106,7 +106,7 @@ def position_signal(attention, name):
     return SinusoidalPositionEncoding(name=name)
 
 
-def decoder_attention(config):
+def decoder_attention(config, image_shape):
     """The masked self-attention layer the config names."""
     common = dict(
         num_heads=config["num_heads"],
@@ -119,6 +119,7 @@ def decoder_attention(config):
         return LocalAttention2D(
             query_shape=tuple(config["query_shape"]),
             memory_flange=tuple(config["memory_flange"]),
+            grid_shape=position_grid(image_shape, config["head"]),
             **common,
         )
     return MultiHeadAttention(**common)
@@ -151,7 +152,7 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None):
     }
     for index in range(config["num_layers"]):
         layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
-            decoder_attention(config),
+            decoder_attention(config, image_shape),
             feedforward_dim=config["feedforward_dim"],
             cross_attention=None if cross_attention_factory is None else cross_attention_factory(),
             dropout=config["dropout"],
@@ -163,7 +164,9 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None):
     return layers
 
 
-def decode_image(layers, pixels, config, image_shape, condition=None, encoder_outputs=None):
+def decode_image(
+    layers, pixels, config, image_shape, condition=None, encoder_outputs=None, position_condition=None
+):
     """Outputs for every position of `pixels`, each from the earlier ones.
 
     Args:
@@ -175,12 +178,17 @@ def decode_image(layers, pixels, config, image_shape, condition=None, encoder_ou
             (class embedding).
         encoder_outputs: optional `[batch, length, hidden_dim]` for the
             cross-attention (super-resolution).
+        position_condition: optional per-position vectors in the attention
+            layout of the decoder input (the upsampled low-resolution image
+            of super-resolution), added after the shift.
     """
     grid = embed_pixels(pixels, layers["pixel_embedding"], config["head"])
     x = to_attention_layout(grid, config["attention"])
     x = shift_right(x, config["attention"], config["query_shape"])
     if condition is not None:
         x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
+    if position_condition is not None:
+        x = x + position_condition
     x = x + layers["target_position"](x)
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     for block in numbered_layers(layers, "decoder_block_"):

@@ -42,7 +42,8 @@ def initial_image_caches(layers, batch_size, image_shape, config):
 
 
 def image_decoder_step(
-    layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None
+    layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None,
+    position_condition=None,
 ):
     """The outputs for the position at `step` in generation order.
 
@@ -57,6 +58,9 @@ def image_decoder_step(
         caches: from `initial_image_caches` or the previous step.
         condition: optional `[batch, hidden_dim]` class embedding.
         encoder_outputs: optional encoder outputs (super-resolution).
+        position_condition: optional `[batch, positions, hidden_dim]`
+            vectors in raster order, the one of this step's position added
+            to its input (the upsampled image of super-resolution).
 
     Returns:
         `(outputs, caches)`: `[batch, 256]` logits or `[batch, 10 m]` DMOL
@@ -67,17 +71,14 @@ def image_decoder_step(
     x = _previous_embedding(layers, config, image_shape, previous, order, step)
     if condition is not None:
         x = x + condition
+    if position_condition is not None:
+        x = x + ops.take(position_condition, _raster_index(config, image_shape, order, step), axis=1)
     x = x + _position_signal(layers, config, image_shape, order, step, x.dtype)
-    grid = {}
-    if config["attention"] == "local_2d":
-        x = x[:, None, None, :]
-        grid = {"grid_shape": position_grid(image_shape, config["head"])}
-    else:
-        x = x[:, None, :]
+    x = x[:, None, None, :] if config["attention"] == "local_2d" else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     new_caches = []
     for index, block in enumerate(numbered_layers(layers, "decoder_block_")):
-        x, cache = block(x, cache=caches[index], cache_update_index=step, **grid, **cross)
+        x, cache = block(x, cache=caches[index], cache_update_index=step, **cross)
         new_caches.append(cache)
     outputs = layers["logits"](layers["decoder_norm"](x))
     return ops.reshape(outputs, (-1, outputs.shape[-1])), new_caches
@@ -103,8 +104,14 @@ def _position_signal(layers, config, image_shape, order, step, dtype):
     signal = timing_signal_nd(
         grid_shape, config["hidden_dim"], position.min_timescale, position.max_timescale
     )
-    row, column = ops.take(order, step, axis=0)[0], ops.take(order, step, axis=0)[1]
-    flat_index = row * grid_shape[1] + column
+    flat_index = _raster_index(config, image_shape, order, step)
     signal = ops.take(ops.reshape(signal, (-1, signal.shape[-1])), flat_index, axis=0)
     return ops.cast(signal[None], dtype)
+
+
+def _raster_index(config, image_shape, order, step):
+    """The raster-order index of the position generated at `step`."""
+    columns = position_grid(image_shape, config["head"])[1]
+    position = ops.take(order, step, axis=0)
+    return position[0] * columns + position[1]
 

@@ -2,6 +2,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_selfattn.generation.families import ImageModel
 from keras_selfattn.models.config import resolve_preset
 from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.image_decoding import (
@@ -135,18 +136,36 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
     model = image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides)
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
-    encoder = keras.Model(model.input["low_resolution"], model.get_layer("encoder_norm").output)
-    encoded = encoder(low)
+    encoded, upsampled = ImageModel(model).encode_low_resolution(low)
     layers = layers_by_name(model)
     caches = initial_image_caches(layers, 2, SHAPE, config)
     previous = np.zeros((2,), "int32")
     for step, (row, column) in enumerate(generation_order(SHAPE, config)):
         outputs, caches = image_decoder_step(
-            layers, config, SHAPE, previous, step, caches, encoder_outputs=encoded
+            layers, config, SHAPE, previous, step, caches, encoder_outputs=encoded,
+            position_condition=upsampled,
         )
         pixel, channel = column // SHAPE[-1], column % SHAPE[-1]
         np.testing.assert_allclose(outputs, full[:, row, pixel, channel], atol=1e-5)
         previous = high[:, row, pixel, channel]
+
+
+def test_super_resolution_decoder_input_carries_the_upsampled_image():
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    flat = np.full((1, 2, 2, 3), 100)
+    _, upsampled = ImageModel(model).encode_low_resolution(flat)
+    table = model.get_layer("upsampled_embedding").embeddings.numpy()
+    # A flat image stays flat under any interpolation: every pixel's channel c
+    # is embedded as value 100 of channel c.
+    expected = np.tile(table[[100, 356, 612]], (SHAPE[0] * SHAPE[1], 1))
+    np.testing.assert_allclose(upsampled[0], expected, atol=1e-6)
+    # A step from 0 to 255 overshoots past both ends, clipped back to them.
+    edge = np.zeros((1, 2, 2, 3), "int32")
+    edge[:, :, 1] = 255
+    _, upsampled = ImageModel(model).encode_low_resolution(edge)
+    grid = np.asarray(upsampled).reshape(SHAPE[:2] + (3, -1))
+    np.testing.assert_allclose(grid[0, 0, 0], table[0], atol=1e-6)
+    np.testing.assert_allclose(grid[0, -1, 0], table[255], atol=1e-6)
 
 
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
