@@ -103,15 +103,24 @@ class ImageModel:
         return self.config["head"] == "dmol"
 
     def encode_low_resolution(self, low_resolution):
-        """`(encoder_outputs, upsampled)` of a super-resolution model for its
-        input image: the encoder's outputs and the upsampled image's
-        embedding `[batch, positions, hidden_dim]` in raster order (`None`
-        for a model without one)."""
-        encoded, *upsampled = _low_resolution_encoder(self._model())(low_resolution)
-        if not upsampled:
-            return encoded, None
-        positions = math.prod(upsampled[0].shape[1:-1])
-        return encoded, keras.ops.reshape(upsampled[0], (-1, positions, upsampled[0].shape[-1]))
+        """What a super-resolution model's decoder steps read of its input
+        image, as keyword arguments of
+        `models.image_decoding.image_decoder_step`: `encoder_outputs`, and
+        where the model has them the upsampled image's embedding
+        (`position_condition`) and prior logits (`position_logits`), each
+        `[batch, positions, ...]` in raster order."""
+        outputs = _low_resolution_encoder(self._model())(low_resolution)
+        encoded = {"encoder_outputs": outputs["encoder_norm"]}
+        if "upsampled_embedding" in outputs:
+            encoded["position_condition"] = _in_raster_order(outputs["upsampled_embedding"])
+        if "interpolation_prior" in outputs:
+            encoded["position_logits"] = _in_raster_order(outputs["interpolation_prior"][..., 0])
+        return encoded
+
+
+def _in_raster_order(x):
+    """`[batch, ..., features]` -> `[batch, positions, features]`."""
+    return keras.ops.reshape(x, (-1, math.prod(x.shape[1:-1]), x.shape[-1]))
 
 
 def _image_decoder_config(layers):
@@ -132,14 +141,15 @@ def _image_decoder_config(layers):
 
 
 _ENCODERS = weakref.WeakKeyDictionary()
+LOW_RESOLUTION_LAYERS = ("encoder_norm", "upsampled_embedding", "interpolation_prior")
 
 
 def _low_resolution_encoder(model):
-    # The model's own graph from its low-resolution input to `encoder_norm`
-    # (and `upsampled_embedding`), built once per model.
+    # The model's own graph from its low-resolution input to the layers its
+    # decoder steps read, built once per model.
     if model not in _ENCODERS:
-        outputs = [model.get_layer("encoder_norm").output]
-        if any(layer.name == "upsampled_embedding" for layer in model.layers):
-            outputs.append(model.get_layer("upsampled_embedding").output)
-        _ENCODERS[model] = keras.Model(model.input["low_resolution"], outputs)
+        names = [layer.name for layer in model.layers if layer.name in LOW_RESOLUTION_LAYERS]
+        _ENCODERS[model] = keras.Model(
+            model.input["low_resolution"], {name: model.get_layer(name).output for name in names}
+        )
     return _ENCODERS[model]

@@ -117,11 +117,11 @@ def generate_image(
     `known_pixels` are fed to the model unchanged.
     """
     layers, config, image_shape = image.layers, image.config, image.image_shape
-    condition = encoder_outputs = upsampled = None
+    condition, encoded = None, {}
     if class_labels is not None:
         condition = layers["class_embedding"](class_labels)
     if low_resolution is not None:
-        encoder_outputs, upsampled = image.encode_low_resolution(low_resolution)
+        encoded = image.encode_low_resolution(low_resolution)
 
     order = generation_order(image_shape, config)
     columns = position_grid(image_shape, config["head"])[1]
@@ -137,8 +137,7 @@ def generate_image(
     def step(index, state):
         values, previous, caches = state
         outputs, caches = image_decoder_step(
-            layers, config, image_shape, previous, index, caches, condition, encoder_outputs,
-            upsampled,
+            layers, config, image_shape, previous, index, caches, condition, **encoded
         )
         chosen = choose(outputs, index)
         if known is not None:

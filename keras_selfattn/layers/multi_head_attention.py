@@ -41,8 +41,10 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     value, attention_mask, training, return_attention_scores)` may be
     overridden as in Keras; it then receives every mask, the (offset-aware)
     causal one included. The layers of this package override
-    `_compute_attention_with_context` instead, which also receives
-    `attention_bias`, `cache_update_index` and `use_causal_mask`.
+    `_compute_attention_with_context(query, key, value, call)` instead,
+    whose `call` (an `AttentionCall`) also holds `attention_bias`,
+    `cache_update_index` and `use_causal_mask`, or `_attend(call)`, the
+    whole computation below the one call signature.
 
     Args:
         num_heads: number of attention heads.

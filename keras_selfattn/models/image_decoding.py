@@ -43,7 +43,7 @@ def initial_image_caches(layers, batch_size, image_shape, config):
 
 def image_decoder_step(
     layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None,
-    position_condition=None,
+    position_condition=None, position_logits=None,
 ):
     """The outputs for the position at `step` in generation order.
 
@@ -61,6 +61,9 @@ def image_decoder_step(
         position_condition: optional `[batch, positions, hidden_dim]`
             vectors in raster order, the one of this step's position added
             to its input (the upsampled image of super-resolution).
+        position_logits: optional `[batch, positions, 256]` logits in raster
+            order, the ones of this step's position added to its outputs
+            (the interpolation prior of super-resolution).
 
     Returns:
         `(outputs, caches)`: `[batch, 256]` logits or `[batch, 10 m]` DMOL
@@ -71,8 +74,9 @@ def image_decoder_step(
     x = _previous_embedding(layers, config, image_shape, previous, order, step)
     if condition is not None:
         x = x + condition
+    raster_index = _raster_index(config, image_shape, order, step)
     if position_condition is not None:
-        x = x + ops.take(position_condition, _raster_index(config, image_shape, order, step), axis=1)
+        x = x + ops.take(position_condition, raster_index, axis=1)
     x = x + _position_signal(layers, config, image_shape, order, step, x.dtype)
     x = x[:, None, None, :] if config["attention"] == "local_2d" else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
@@ -81,7 +85,10 @@ def image_decoder_step(
         x, cache = block(x, cache=caches[index], cache_update_index=step, **cross)
         new_caches.append(cache)
     outputs = layers["logits"](layers["decoder_norm"](x))
-    return ops.reshape(outputs, (-1, outputs.shape[-1])), new_caches
+    outputs = ops.reshape(outputs, (-1, outputs.shape[-1]))
+    if position_logits is not None:
+        outputs = outputs + ops.take(position_logits, raster_index, axis=1)
+    return outputs, new_caches
 
 
 def _previous_embedding(layers, config, image_shape, previous, order, step):

@@ -7,6 +7,7 @@ from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositio
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import check_divisible_width, resolve_preset
 from keras_selfattn.models.image_common import (
+    NUM_VALUES,
     check_image_config,
     decode_image,
     embed_pixels,
@@ -14,6 +15,9 @@ from keras_selfattn.models.image_common import (
     pixel_embedding,
     to_attention_layout,
 )
+
+# The interpolation prior's standard deviation (pixel values) before training.
+INITIAL_PRIOR_WIDTH = 8.0
 
 SUPER_RESOLUTION_PRESETS = {
     # CelebA 8x8 -> 32x32 of the paper: a global-attention encoder over the
@@ -37,15 +41,21 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     Inputs `{"low_resolution": [batch, h, w, C], "pixels": [batch, H, W, C]}`
     (int32 values 0..255); the decoder models the high-resolution `pixels`
     position by position (generation order of its attention), attending to
-    the encoded low-resolution image. Every decoder position also receives,
-    added to its input, the embedding of the low-resolution image upsampled
-    (bicubic) to that position: it knows from the start which low-resolution
-    pixel it refines and what interpolation gives there, instead of having
-    to learn the alignment through the cross-attention (with it, small models
-    trained for minutes use the input image at all). Outputs as
-    `image_transformer`. The encoder's last layer is named `encoder_norm`
-    and the upsampled image's embedding `upsampled_embedding`: generation
-    reads both.
+    the encoded low-resolution image. The low-resolution image, upsampled
+    (bicubic) to the decoder's positions, enters twice more, so that small
+    models trained for minutes use it at all instead of having to learn the
+    alignment through the cross-attention:
+
+    - its embedding is added to every decoder position's input (the
+      position knows the estimate it refines);
+    - with the categorical head, the logits get a prior centred on it,
+      `-precision * (value - estimate)^2 / 2` with one learned precision,
+      so the model's distribution is the product of that interpolation
+      prior and the decoder's (the conditioning logits of Dahl et al.).
+
+    Outputs as `image_transformer`. Generation reads the encoded image at
+    the layer `encoder_norm`, and the upsampled image at
+    `upsampled_embedding` and `interpolation_prior`.
 
     Args:
         low_shape: `(h, w, C)` of the input image.
@@ -69,11 +79,16 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     low = keras.Input(low_shape, dtype="int32", name="low_resolution")
     pixels = keras.Input(high_shape, dtype="int32", name="pixels")
     encoded = _encode_low_resolution(low, low_shape, config)
-    upsampled = _embed_upsampled(low, high_shape, config)
+    upsampled = keras.ops.image.resize(
+        keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
+    )
     layers = image_decoder_layers(high_shape, config, lambda: _attention(config))
     outputs = decode_image(
-        layers, pixels, config, high_shape, encoder_outputs=encoded, position_condition=upsampled
+        layers, pixels, config, high_shape, encoder_outputs=encoded,
+        position_condition=_embed_upsampled(upsampled, high_shape, config),
     )
+    if config["head"] == "categorical":
+        outputs = outputs + _interpolation_prior(upsampled)
     return keras.Model(
         {"low_resolution": low, "pixels": pixels}, outputs, name="image_super_resolution"
     )
@@ -85,16 +100,28 @@ def _attention(config):
     )
 
 
-def _embed_upsampled(low, high_shape, config):
-    """The low-resolution image resized to `high_shape` (bicubic, rounded to
-    0..255), embedded per position in the decoder's attention layout."""
-    resized = keras.ops.image.resize(
-        keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
-    )
-    resized = keras.ops.cast(keras.ops.clip(keras.ops.round(resized), 0, 255), "int32")
+def _embed_upsampled(upsampled, high_shape, config):
+    """The upsampled image (rounded to 0..255) embedded per position, in the
+    decoder's attention layout."""
+    values = keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, 255), "int32")
     embedding = pixel_embedding(high_shape, config["hidden_dim"], config["head"], "upsampled_embedding")
-    grid = embed_pixels(resized, embedding, config["head"])
-    return to_attention_layout(grid, config["attention"])
+    return to_attention_layout(embed_pixels(values, embedding, config["head"]), config["attention"])
+
+
+def _interpolation_prior(upsampled):
+    """`[batch, H, W, C, 256]` logits `-precision * (value - estimate)^2 / 2`
+    around each sub-pixel's upsampled estimate."""
+    values = keras.ops.arange(NUM_VALUES, dtype="float32")
+    half_squared = -0.5 * keras.ops.square(values - keras.ops.clip(upsampled, 0, 255)[..., None])
+    precision = keras.layers.Dense(
+        1,
+        use_bias=False,
+        kernel_initializer=keras.initializers.Constant(1.0 / INITIAL_PRIOR_WIDTH**2),
+        kernel_constraint=keras.constraints.NonNeg(),
+        dtype="float32",
+        name="interpolation_prior",
+    )
+    return keras.ops.squeeze(precision(half_squared[..., None]), -1)
 
 
 def _encode_low_resolution(low, low_shape, config):

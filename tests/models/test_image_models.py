@@ -136,14 +136,14 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
     model = image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides)
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
-    encoded, upsampled = ImageModel(model).encode_low_resolution(low)
+    encoded = ImageModel(model).encode_low_resolution(low)
+    assert set(encoded) == {"encoder_outputs", "position_condition", "position_logits"}
     layers = layers_by_name(model)
     caches = initial_image_caches(layers, 2, SHAPE, config)
     previous = np.zeros((2,), "int32")
     for step, (row, column) in enumerate(generation_order(SHAPE, config)):
         outputs, caches = image_decoder_step(
-            layers, config, SHAPE, previous, step, caches, encoder_outputs=encoded,
-            position_condition=upsampled,
+            layers, config, SHAPE, previous, step, caches, **encoded
         )
         pixel, channel = column // SHAPE[-1], column % SHAPE[-1]
         np.testing.assert_allclose(outputs, full[:, row, pixel, channel], atol=1e-5)
@@ -153,7 +153,7 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
 def test_super_resolution_decoder_input_carries_the_upsampled_image():
     model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
     flat = np.full((1, 2, 2, 3), 100)
-    _, upsampled = ImageModel(model).encode_low_resolution(flat)
+    upsampled = ImageModel(model).encode_low_resolution(flat)["position_condition"]
     table = model.get_layer("upsampled_embedding").embeddings.numpy()
     # A flat image stays flat under any interpolation: every pixel's channel c
     # is embedded as value 100 of channel c.
@@ -162,10 +162,23 @@ def test_super_resolution_decoder_input_carries_the_upsampled_image():
     # A step from 0 to 255 overshoots past both ends, clipped back to them.
     edge = np.zeros((1, 2, 2, 3), "int32")
     edge[:, :, 1] = 255
-    _, upsampled = ImageModel(model).encode_low_resolution(edge)
+    upsampled = ImageModel(model).encode_low_resolution(edge)["position_condition"]
     grid = np.asarray(upsampled).reshape(SHAPE[:2] + (3, -1))
     np.testing.assert_allclose(grid[0, 0, 0], table[0], atol=1e-6)
     np.testing.assert_allclose(grid[0, -1, 0], table[255], atol=1e-6)
+
+
+def test_super_resolution_logits_carry_the_interpolation_prior():
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    precision = 0.05
+    model.get_layer("interpolation_prior").kernel.assign([[precision]])
+    low, high = np.full((1, 2, 2, 3), 100), _pixels()[:1]
+    with_prior = np.asarray(model({"low_resolution": low, "pixels": high}))
+    model.get_layer("interpolation_prior").kernel.assign([[0.0]])
+    without = np.asarray(model({"low_resolution": low, "pixels": high}))
+    # A flat image's estimate is 100 everywhere: the prior is a parabola there.
+    expected = -0.5 * precision * (np.arange(256) - 100.0) ** 2
+    np.testing.assert_allclose(with_prior - without, np.broadcast_to(expected, with_prior.shape), atol=1e-3)
 
 
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
