@@ -46,7 +46,7 @@ PRESETS = {
     # A CPU-sized model (3 + 2 layers of width 64): minutes per epoch on one core.
     "small": dict(
         preset="tiny", num_layers=3, num_encoder_layers=2, hidden_dim=64, num_heads=4,
-        feedforward_dim=128,
+        feedforward_dim=128, pixel_dropout=0.5,
     ),
     "tiny": dict(preset="tiny"),
     # The paper's CelebA 8x8 -> 32x32 configuration.
@@ -93,7 +93,16 @@ def build_parser():
         default=50000,
         help="celeb_a: read at most this many training images (and a fifth as many held out)",
     )
-    image_recipes.add_model_flags(parser, PRESETS, default_preset="small", attentions=("local_2d", "local_1d"))
+    model = image_recipes.add_model_flags(
+        parser, PRESETS, default_preset="small", attentions=("local_2d", "local_1d")
+    )
+    model.add_argument(
+        "--pixel_dropout",
+        type=harness.probability,
+        default=None,
+        help="rate at which training hides whole positions' previous pixel from the decoder, "
+        "so that generation leans on the input image (default: the preset's; small 0.5)",
+    )
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument(
@@ -194,6 +203,8 @@ def training_dataset(inputs, batch_size, seed):
 
 def build_model(args, low_shape, high_shape):
     overrides = image_recipes.model_overrides(args, PRESETS, high_shape)
+    if args.pixel_dropout is not None:
+        overrides["pixel_dropout"] = args.pixel_dropout
     try:
         model = image_super_resolution(low_shape, high_shape, **overrides)
     except ValueError as error:

@@ -159,6 +159,8 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None):
             norm_first=True,
             name=f"decoder_block_{index}",
         )
+    if config.get("pixel_dropout"):
+        layers["pixel_dropout"] = keras.layers.Dropout(config["pixel_dropout"], name="pixel_dropout")
     layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
     layers["logits"] = output_head(config, image_shape)
     return layers
@@ -185,6 +187,10 @@ def decode_image(
     grid = embed_pixels(pixels, layers["pixel_embedding"], config["head"])
     x = to_attention_layout(grid, config["attention"])
     x = shift_right(x, config["attention"], config["query_shape"])
+    if "pixel_dropout" in layers:
+        # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
+        keep = layers["pixel_dropout"](ops.ones_like(x[..., :1]))
+        x = x * ops.cast(keep > 0, x.dtype)
     if condition is not None:
         x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
     if position_condition is not None:

@@ -25,12 +25,12 @@ SUPER_RESOLUTION_PRESETS = {
     "celeba": dict(
         attention="local_2d", head="categorical", num_layers=12, num_encoder_layers=4,
         hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1, block_length=256,
-        query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10,
+        query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10, pixel_dropout=0.0,
     ),
     "tiny": dict(
         attention="local_2d", head="categorical", num_layers=2, num_encoder_layers=1,
         hidden_dim=32, num_heads=2, feedforward_dim=64, dropout=0.0, block_length=16,
-        query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4,
+        query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4, pixel_dropout=0.0,
     ),
 }
 
@@ -62,7 +62,12 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
         high_shape: `(H, W, C)` of the generated image.
         preset: `"celeba"` (the paper's 8x8 -> 32x32) or `"tiny"`.
         **overrides: hyperparameters replacing the preset's, as for
-            `image_transformer`, plus `num_encoder_layers`.
+            `image_transformer`, plus `num_encoder_layers` and
+            `pixel_dropout`: the rate at which training hides whole
+            positions' previous pixel from the decoder (the position keeps
+            its upsampled estimate), so that generation, which feeds the
+            model its own earlier outputs, leans on the input image rather
+            than only on copying its neighbours.
 
     Returns:
         A `keras.Model`.
@@ -72,6 +77,9 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     check_image_config(high_shape, config)
     check_image_config(low_shape, dict(config, attention="global", head="categorical"))
     check_divisible_width(config["hidden_dim"], config["num_heads"])
+    rate = config["pixel_dropout"]
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"`pixel_dropout` must be a number in [0, 1). Received: pixel_dropout={rate!r}")
     if low_shape[-1] != high_shape[-1]:
         raise ValueError(
             f"`low_shape` and `high_shape` need the same channels. Received: {low_shape}, {high_shape}"

@@ -181,6 +181,20 @@ def test_super_resolution_logits_carry_the_interpolation_prior():
     np.testing.assert_allclose(with_prior - without, np.broadcast_to(expected, with_prior.shape), atol=1e-3)
 
 
+def test_pixel_dropout_hides_previous_pixels_in_training_only():
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY, pixel_dropout=0.5)
+    inputs = {"low_resolution": RNG.integers(0, 256, (2, 2, 2, 3)), "pixels": _pixels()}
+    inference = np.asarray(model(inputs, training=False))
+    np.testing.assert_array_equal(np.asarray(model(inputs)), inference)
+    trained = np.asarray(model(inputs, training=True))
+    assert not np.allclose(trained, inference)
+    # The first position has no previous pixel to hide and sees nothing else.
+    np.testing.assert_allclose(trained[:, 0, 0, 0], inference[:, 0, 0, 0], atol=1e-5)
+    for rate in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="`pixel_dropout` must be a number in \\[0, 1\\)"):
+            image_super_resolution((2, 2, 3), SHAPE, **TINY, pixel_dropout=rate)
+
+
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
 def test_save_and_load_without_custom_objects(attention, tmp_path):
     model = image_transformer(SHAPE, attention=attention, num_classes=3, **TINY)
