@@ -119,8 +119,9 @@ def _embed_upsampled(upsampled, high_shape, config):
 def _interpolation_prior(upsampled):
     """`[batch, H, W, C, 256]` logits `-precision * (value - estimate)^2 / 2`
     around each sub-pixel's upsampled estimate."""
+    estimates = keras.ops.clip(upsampled, 0, 255)[..., None]
     values = keras.ops.arange(NUM_VALUES, dtype="float32")
-    half_squared = -0.5 * keras.ops.square(values - keras.ops.clip(upsampled, 0, 255)[..., None])
+    half_squared = -0.5 * keras.ops.square(keras.ops.subtract(estimates, values))
     precision = keras.layers.Dense(
         1,
         use_bias=False,
