@@ -121,4 +121,3 @@ def _raster_index(config, image_shape, order, step):
     columns = position_grid(image_shape, config["head"])[1]
     position = ops.take(order, step, axis=0)
     return position[0] * columns + position[1]
-
