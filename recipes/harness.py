@@ -150,14 +150,16 @@ def add_training_flags(parser, *, epochs, steps_per_epoch, batch_size, learning_
 
 
 def add_sampling_flags(parser, *, temperature=1.0, top_k=0, top_p=1.0):
-    """Adds `--temperature`, `--top_k`, `--top_p` (keras_selfattn.generation)."""
+    """Adds `--temperature`, `--top_k`, `--top_p` (keras_selfattn.generation);
+    `temperature=None` leaves `--temperature` to the recipe."""
     group = parser.add_argument_group("sampling")
-    group.add_argument(
-        "--temperature",
-        type=non_negative_float,
-        default=temperature,
-        help="softmax temperature of the samples; 0 is greedy (argmax)",
-    )
+    if temperature is not None:
+        group.add_argument(
+            "--temperature",
+            type=non_negative_float,
+            default=temperature,
+            help="softmax temperature of the samples; 0 is greedy (argmax)",
+        )
     group.add_argument(
         "--top_k",
         type=non_negative_int,

@@ -119,19 +119,12 @@ def build_parser():
         help="comma-separated sampling temperatures the model is scored at (0 = greedy)",
     )
     evaluation.add_argument(
-        "--top_k", type=harness.non_negative_int, default=0,
-        help="sample among the k most likely values; 0 means all",
-    )
-    evaluation.add_argument(
-        "--top_p", type=harness.probability, default=1.0,
-        help="nucleus sampling: the smallest set of most likely values reaching p; 1.0 means all",
-    )
-    evaluation.add_argument(
         "--grid_rows",
         type=harness.positive_int,
         default=8,
         help="held-out examples (rows) in super_resolution.png",
     )
+    harness.add_sampling_flags(parser, temperature=None)
     return parser
 
 

@@ -77,7 +77,7 @@ def image_decoder_step(
     raster_index = _raster_index(config, image_shape, order, step)
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
-    x = x + _position_signal(layers, config, image_shape, order, step, x.dtype)
+    x = x + _position_signal(layers, config, image_shape, step, raster_index, x.dtype)
     x = x[:, None, None, :] if config["attention"] == "local_2d" else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     new_caches = []
@@ -102,7 +102,7 @@ def _previous_embedding(layers, config, image_shape, previous, order, step):
     return vector * ops.cast(step > 0, vector.dtype)
 
 
-def _position_signal(layers, config, image_shape, order, step, dtype):
+def _position_signal(layers, config, image_shape, step, raster_index, dtype):
     position = layers["target_position"]
     if config["attention"] != "local_2d":
         signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), cache_update_index=step)
@@ -111,8 +111,7 @@ def _position_signal(layers, config, image_shape, order, step, dtype):
     signal = timing_signal_nd(
         grid_shape, config["hidden_dim"], position.min_timescale, position.max_timescale
     )
-    flat_index = _raster_index(config, image_shape, order, step)
-    signal = ops.take(ops.reshape(signal, (-1, signal.shape[-1])), flat_index, axis=0)
+    signal = ops.take(ops.reshape(signal, (-1, signal.shape[-1])), raster_index, axis=0)
     return ops.cast(signal[None], dtype)
 
 
