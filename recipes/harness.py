@@ -195,6 +195,8 @@ non_negative_int = _typed(int, lambda v: v >= 0, "an integer >= 0")
 positive_float = _typed(float, lambda v: v > 0, "a number > 0")
 non_negative_float = _typed(float, lambda v: v >= 0, "a number >= 0")
 probability = _typed(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+rate = _typed(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # dropout rates
+fraction = _typed(float, lambda v: 0 < v < 1, "a number in (0, 1)")
 
 
 # ------------------------------------------------------ devices and dtypes

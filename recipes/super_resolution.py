@@ -98,7 +98,7 @@ def build_parser():
     )
     model.add_argument(
         "--pixel_dropout",
-        type=harness.probability,
+        type=harness.rate,
         default=None,
         help="rate at which training hides whole positions' previous pixel from the decoder, "
         "so that generation leans on the input image (default: the preset's; small 0.5)",
@@ -176,18 +176,24 @@ def pairs(high, scale):
 
 
 def training_dataset(inputs, batch_size, seed):
-    """Shuffled, repeated batches of (inputs, target pixels), each pair
-    flipped left-right at random (the same flip for both images: a block
-    mean commutes with it)."""
+    """Shuffled, repeated batches of (inputs, target pixels), each pair in one
+    of its 8 orientations at random (flips and transposition: the same for
+    both images, since a block mean commutes with them)."""
     import tensorflow as tf
 
-    def flip(example, target):
-        flipped = tf.random.uniform(()) < 0.5
-        example = {k: tf.cond(flipped, lambda v=v: tf.reverse(v, [1]), lambda v=v: v) for k, v in example.items()}
+    def orient(example, target):
+        flips = tf.random.uniform((3,)) < 0.5
+
+        def oriented(image):
+            image = tf.cond(flips[0], lambda: tf.reverse(image, [0]), lambda: image)
+            image = tf.cond(flips[1], lambda: tf.reverse(image, [1]), lambda: image)
+            return tf.cond(flips[2], lambda: tf.transpose(image, [1, 0, 2]), lambda: image)
+
+        example = {k: oriented(v) for k, v in example.items()}
         return example, example["pixels"]
 
     dataset = tf.data.Dataset.from_tensor_slices((inputs, inputs["pixels"]))
-    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat().map(flip)
+    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat().map(orient)
     return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
 
 

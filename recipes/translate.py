@@ -33,7 +33,6 @@ takes and returns strings.
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -109,7 +108,7 @@ def _add_data_flags(parser):
     )
     data.add_argument(
         "--held_out_fraction",
-        type=_fraction,
+        type=harness.fraction,
         default=0.05,
         help="Ding and --pairs_tsv: the fraction of distinct source sentences held out with all "
         "their pairs (none of them is trained on)",
@@ -157,7 +156,7 @@ def _add_model_flags(parser):
     )
     model.add_argument(
         "--dropout",
-        type=_dropout_rate,
+        type=harness.rate,
         default=None,
         help="dropout rate of attention, residuals and feed-forward layers (default: the "
         "preset's: tiny 0.0, base 0.1, big 0.3)",
@@ -201,7 +200,7 @@ def _add_training_flags(parser):
     )
     training.add_argument(
         "--label_smoothing",
-        type=_smoothing,
+        type=harness.rate,
         default=0.1,
         help="label smoothing of the cross-entropy (the paper: 0.1)",
     )
@@ -235,27 +234,6 @@ def _add_evaluation_flags(parser):
         help="sacrebleu's BLEU tokenizer: 13a (its default, for most languages), intl, zh, ja-mecab, "
         "ko-mecab, char, none, ...",
     )
-
-
-def _unit_interval(expected, include_zero):
-    """A flag type for numbers in [0, 1) (`include_zero`) or (0, 1)."""
-
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not (0.0 <= value < 1.0) or (value == 0.0 and not include_zero):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    parse.__name__ = expected
-    return parse
-
-
-_fraction = _unit_interval("a number in (0, 1)", include_zero=False)
-_dropout_rate = _unit_interval("a number in [0, 1)", include_zero=True)
-_smoothing = _dropout_rate
 
 
 def parse_args(argv=None):

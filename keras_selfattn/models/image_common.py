@@ -3,7 +3,9 @@
 Sub-pixel models (`head="categorical"`) treat every channel value as its own
 position: the image `[batch, H, W, C]` becomes the grid `[batch, H, W * C]`
 (channels folded into the width, as in the Image Transformer) and channel `c`
-takes the embedding rows `256 c .. 256 c + 255`. The `"dmol"` head has one
+takes the embedding rows `256 c .. 256 c + 255` (or, for a decoder that codes
+values as differences from an estimate, `511 c .. 511 c + 510`). The `"dmol"`
+head has one
 position per pixel, its channels merged by a dense projection (the paper's
 1 x 3 stride-3 convolution).
 """
@@ -24,6 +26,8 @@ from keras_selfattn.ops.blocking_2d import block_raster_to_raster, raster_to_blo
 ATTENTIONS = ("local_1d", "local_2d", "global")
 HEADS = ("categorical", "dmol")
 NUM_VALUES = 256
+# Differences of two values, -255..255, coded as 0..510.
+NUM_DIFFERENCES = 2 * NUM_VALUES - 1
 DMOL_OUTPUTS_PER_MIXTURE = 10
 
 
@@ -61,20 +65,43 @@ def position_grid(image_shape, head):
     return (height, width * channels) if head == "categorical" else (height, width)
 
 
-def embed_pixels(pixels, embedding, head):
-    """Pixels `[batch, H, W, C]` (0..255) -> position grid `[batch, rows, cols, D]`."""
+def embed_pixels(pixels, embedding, head, num_values=NUM_VALUES):
+    """Pixels `[batch, H, W, C]` (0..num_values - 1) -> position grid
+    `[batch, rows, cols, D]`."""
     if head == "dmol":
         return embedding(ops.cast(pixels, "float32") / 127.5 - 1.0)
     channels = pixels.shape[-1]
-    offsets = ops.arange(channels, dtype="int32") * NUM_VALUES
+    offsets = ops.arange(channels, dtype="int32") * num_values
     vectors = embedding(ops.cast(pixels, "int32") + offsets)
     return ops.reshape(vectors, (-1, pixels.shape[1], pixels.shape[2] * channels, vectors.shape[-1]))
 
 
-def pixel_embedding(image_shape, hidden_dim, head, name):
+def pixel_embedding(image_shape, hidden_dim, head, name, num_values=NUM_VALUES):
     if head == "dmol":
         return keras.layers.Dense(hidden_dim, name=name)
-    return keras.layers.Embedding(NUM_VALUES * image_shape[-1], hidden_dim, name=name)
+    return keras.layers.Embedding(num_values * image_shape[-1], hidden_dim, name=name)
+
+
+def coded_values(embedding, image_shape):
+    """How many values a categorical decoder's pixel embedding codes per
+    channel: `NUM_VALUES`, or `NUM_DIFFERENCES` for difference coding."""
+    return embedding.input_dim // image_shape[-1]
+
+
+def values_from_differences(logits, estimates):
+    """Logits over the differences from `estimates` -> logits over the values.
+
+    Args:
+        logits: `[..., NUM_DIFFERENCES]`; entry `d` scores the value
+            `estimate + d - 255`.
+        estimates: int `[...]` values 0..255.
+
+    Returns:
+        `[..., NUM_VALUES]` logits; entry `v` is the difference `v - estimate`'s.
+    """
+    values = ops.arange(NUM_VALUES, dtype="int32")
+    indices = values - ops.cast(estimates, "int32")[..., None] + (NUM_VALUES - 1)
+    return ops.take_along_axis(logits, indices, axis=-1)
 
 
 def to_attention_layout(grid, attention):
@@ -125,28 +152,30 @@ def decoder_attention(config, image_shape):
     return MultiHeadAttention(**common)
 
 
-def output_head(config, image_shape):
-    """Per-position output: 256 logits per sub-pixel, or the DMOL parameters."""
+def output_head(config, num_values=NUM_VALUES):
+    """Per-position output: a logit per coded value of the sub-pixel, or the
+    DMOL parameters."""
     if config["head"] == "categorical":
-        units = NUM_VALUES
+        units = num_values
     else:
         units = DMOL_OUTPUTS_PER_MIXTURE * config["num_mixtures"]
     return keras.layers.Dense(units, dtype="float32", name="logits")
 
 
 def to_image_outputs(outputs, image_shape, head):
-    """Head outputs back to `[batch, H, W, C, 256]` or `[batch, H, W, 10 m]`."""
+    """Head outputs back to `[batch, H, W, C, values]` or `[batch, H, W, 10 m]`."""
     height, width, channels = image_shape
     if head == "categorical":
-        return ops.reshape(outputs, (-1, height, width, channels, NUM_VALUES))
+        return ops.reshape(outputs, (-1, height, width, channels, outputs.shape[-1]))
     return ops.reshape(outputs, (-1, height, width, outputs.shape[-1]))
 
 
-def image_decoder_layers(image_shape, config, cross_attention_factory=None):
-    """The named layers of the image decoder stack."""
+def image_decoder_layers(image_shape, config, cross_attention_factory=None, num_values=NUM_VALUES):
+    """The named layers of the image decoder stack; a categorical one codes
+    `num_values` values per channel."""
     layers = {
         "pixel_embedding": pixel_embedding(
-            image_shape, config["hidden_dim"], config["head"], "pixel_embedding"
+            image_shape, config["hidden_dim"], config["head"], "pixel_embedding", num_values
         ),
         "target_position": position_signal(config["attention"], "target_position"),
     }
@@ -162,7 +191,7 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None):
     if config.get("pixel_dropout"):
         layers["pixel_dropout"] = keras.layers.Dropout(config["pixel_dropout"], name="pixel_dropout")
     layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-    layers["logits"] = output_head(config, image_shape)
+    layers["logits"] = output_head(config, num_values)
     return layers
 
 
@@ -173,7 +202,8 @@ def decode_image(
 
     Args:
         layers: the dict from `image_decoder_layers`.
-        pixels: `[batch, H, W, C]` values 0..255 (the image being modelled).
+        pixels: `[batch, H, W, C]` values 0..255 (the image being modelled),
+            or their coded differences for a difference-coding decoder.
         config: the model's hyperparameters.
         image_shape: `(H, W, C)`.
         condition: optional `[batch, hidden_dim]` vector added everywhere
@@ -184,7 +214,9 @@ def decode_image(
             layout of the decoder input (the upsampled low-resolution image
             of super-resolution), added after the shift.
     """
-    grid = embed_pixels(pixels, layers["pixel_embedding"], config["head"])
+    embedding = layers["pixel_embedding"]
+    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
+    grid = embed_pixels(pixels, embedding, config["head"], num_values)
     x = to_attention_layout(grid, config["attention"])
     x = shift_right(x, config["attention"], config["query_shape"])
     if "pixel_dropout" in layers:

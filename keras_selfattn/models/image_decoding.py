@@ -12,7 +12,12 @@ import numpy as np
 from keras import ops
 
 from keras_selfattn.models.decoding import initial_caches, numbered_layers
-from keras_selfattn.models.image_common import NUM_VALUES, position_grid
+from keras_selfattn.models.image_common import (
+    NUM_VALUES,
+    coded_values,
+    position_grid,
+    values_from_differences,
+)
 from keras_selfattn.ops.blocking_2d import block_raster_index
 from keras_selfattn.ops.timing import timing_signal_nd
 
@@ -43,7 +48,7 @@ def initial_image_caches(layers, batch_size, image_shape, config):
 
 def image_decoder_step(
     layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None,
-    position_condition=None, position_logits=None,
+    position_condition=None, position_logits=None, estimates=None,
 ):
     """The outputs for the position at `step` in generation order.
 
@@ -64,6 +69,11 @@ def image_decoder_step(
         position_logits: optional `[batch, positions, 256]` logits in raster
             order, the ones of this step's position added to its outputs
             (the interpolation prior of super-resolution).
+        estimates: optional int `[batch, positions]` values in raster order,
+            for a decoder that codes values as differences from them (the
+            upsampled image of super-resolution): the previous value enters
+            as its difference from its position's estimate, and the outputs
+            over differences come back as logits over values.
 
     Returns:
         `(outputs, caches)`: `[batch, 256]` logits or `[batch, 10 m]` DMOL
@@ -71,10 +81,13 @@ def image_decoder_step(
     """
     order = ops.convert_to_tensor(generation_order(image_shape, config))
     step = ops.cast(step, "int32")
+    raster_index = _raster_index(config, image_shape, order, step)
+    if estimates is not None:
+        previous_index = _raster_index(config, image_shape, order, ops.maximum(step - 1, 0))
+        previous = previous - ops.take(estimates, previous_index, axis=1) + (NUM_VALUES - 1)
     x = _previous_embedding(layers, config, image_shape, previous, order, step)
     if condition is not None:
         x = x + condition
-    raster_index = _raster_index(config, image_shape, order, step)
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
     x = x + _position_signal(layers, config, image_shape, step, raster_index, x.dtype)
@@ -86,6 +99,8 @@ def image_decoder_step(
         new_caches.append(cache)
     outputs = layers["logits"](layers["decoder_norm"](x))
     outputs = ops.reshape(outputs, (-1, outputs.shape[-1]))
+    if estimates is not None:
+        outputs = values_from_differences(outputs, ops.take(estimates, raster_index, axis=1))
     if position_logits is not None:
         outputs = outputs + ops.take(position_logits, raster_index, axis=1)
     return outputs, new_caches
@@ -98,7 +113,7 @@ def _previous_embedding(layers, config, image_shape, previous, order, step):
     else:
         previous_column = ops.take(order, ops.maximum(step - 1, 0), axis=0)[1]
         channel = previous_column % image_shape[-1]
-        vector = embedding(ops.cast(previous, "int32") + channel * NUM_VALUES)
+        vector = embedding(ops.cast(previous, "int32") + channel * coded_values(embedding, image_shape))
     return vector * ops.cast(step > 0, vector.dtype)
 
 

@@ -7,6 +7,7 @@ from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositio
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import check_divisible_width, resolve_preset
 from keras_selfattn.models.image_common import (
+    NUM_DIFFERENCES,
     NUM_VALUES,
     check_image_config,
     decode_image,
@@ -14,6 +15,7 @@ from keras_selfattn.models.image_common import (
     image_decoder_layers,
     pixel_embedding,
     to_attention_layout,
+    values_from_differences,
 )
 
 # The interpolation prior's standard deviation (pixel values) before training.
@@ -42,20 +44,26 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     (int32 values 0..255); the decoder models the high-resolution `pixels`
     position by position (generation order of its attention), attending to
     the encoded low-resolution image. The low-resolution image, upsampled
-    (bicubic) to the decoder's positions, enters twice more, so that small
-    models trained for minutes use it at all instead of having to learn the
-    alignment through the cross-attention:
+    (bicubic) to the decoder's positions and rounded, enters again, so that
+    small models trained for minutes use it at all instead of having to
+    learn the alignment through the cross-attention:
 
     - its embedding is added to every decoder position's input (the
       position knows the estimate it refines);
+    - with the categorical head, the decoder codes every sub-pixel as its
+      difference from the estimate, both the previous value it reads and
+      the 511 differences it scores (residual learning: the correction of
+      an interpolation is much the same at any brightness, so it is learnt
+      once, not once per value);
     - with the categorical head, the logits get a prior centred on it,
       `-precision * (value - estimate)^2 / 2` with one learned precision,
       so the model's distribution is the product of that interpolation
       prior and the decoder's (the conditioning logits of Dahl et al.).
 
-    Outputs as `image_transformer`. Generation reads the encoded image at
-    the layer `encoder_norm`, and the upsampled image at
-    `upsampled_embedding` and `interpolation_prior`.
+    Outputs as `image_transformer`: logits over the 256 values. Generation
+    reads the encoded image at the layer `encoder_norm`, and the upsampled
+    image at `upsampled_estimate`, `upsampled_embedding` and
+    `interpolation_prior`.
 
     Args:
         low_shape: `(h, w, C)` of the input image.
@@ -90,13 +98,21 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     upsampled = keras.ops.image.resize(
         keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
     )
-    layers = image_decoder_layers(high_shape, config, lambda: _attention(config))
-    outputs = decode_image(
-        layers, pixels, config, high_shape, encoder_outputs=encoded,
-        position_condition=_embed_upsampled(upsampled, high_shape, config),
+    estimates = keras.layers.Identity(name="upsampled_estimate")(
+        keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, NUM_VALUES - 1), "int32")
     )
-    if config["head"] == "categorical":
-        outputs = outputs + _interpolation_prior(upsampled)
+    categorical = config["head"] == "categorical"
+    layers = image_decoder_layers(
+        high_shape, config, lambda: _attention(config),
+        num_values=NUM_DIFFERENCES if categorical else NUM_VALUES,
+    )
+    outputs = decode_image(
+        layers, pixels - estimates + (NUM_VALUES - 1) if categorical else pixels,
+        config, high_shape, encoder_outputs=encoded,
+        position_condition=_embed_upsampled(estimates, high_shape, config),
+    )
+    if categorical:
+        outputs = values_from_differences(outputs, estimates) + _interpolation_prior(upsampled)
     return keras.Model(
         {"low_resolution": low, "pixels": pixels}, outputs, name="image_super_resolution"
     )
@@ -108,12 +124,11 @@ def _attention(config):
     )
 
 
-def _embed_upsampled(upsampled, high_shape, config):
-    """The upsampled image (rounded to 0..255) embedded per position, in the
-    decoder's attention layout."""
-    values = keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, 255), "int32")
+def _embed_upsampled(estimates, high_shape, config):
+    """The rounded upsampled image embedded per position, in the decoder's
+    attention layout."""
     embedding = pixel_embedding(high_shape, config["hidden_dim"], config["head"], "upsampled_embedding")
-    return to_attention_layout(embed_pixels(values, embedding, config["head"]), config["attention"])
+    return to_attention_layout(embed_pixels(estimates, embedding, config["head"]), config["attention"])
 
 
 def _interpolation_prior(upsampled):

@@ -10,6 +10,7 @@ from keras_selfattn.models.image_decoding import (
     image_decoder_step,
     initial_image_caches,
 )
+from keras_selfattn.models.image_common import NUM_DIFFERENCES, values_from_differences
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.super_resolution import (
     SUPER_RESOLUTION_PRESETS,
@@ -137,7 +138,7 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
     encoded = ImageModel(model).encode_low_resolution(low)
-    assert set(encoded) == {"encoder_outputs", "position_condition", "position_logits"}
+    assert set(encoded) == {"encoder_outputs", "position_condition", "position_logits", "estimates"}
     layers = layers_by_name(model)
     caches = initial_image_caches(layers, 2, SHAPE, config)
     previous = np.zeros((2,), "int32")
@@ -179,6 +180,32 @@ def test_super_resolution_logits_carry_the_interpolation_prior():
     # A flat image's estimate is 100 everywhere: the prior is a parabola there.
     expected = -0.5 * precision * (np.arange(256) - 100.0) ** 2
     np.testing.assert_allclose(with_prior - without, np.broadcast_to(expected, with_prior.shape), atol=1e-3)
+
+
+def test_values_from_differences_reads_each_value_at_its_difference():
+    logits = RNG.normal(size=(2, 3, NUM_DIFFERENCES)).astype("float32")
+    estimates = np.array([[0, 17, 255], [128, 3, 200]])
+    values = np.asarray(values_from_differences(logits, estimates))
+    for index in np.ndindex(estimates.shape):
+        for value in (0, 1, 77, 254, 255):
+            difference = value - estimates[index]
+            assert values[index + (value,)] == logits[index + (difference + 255,)]
+
+
+def test_super_resolution_decoder_scores_differences_from_the_estimate():
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    # Without the absolute values (embeddings of the input and the estimate,
+    # the prior), the decoder sees only differences: brightening both images
+    # by 30 moves every distribution 30 values up.
+    for name in ("source_embedding", "upsampled_embedding"):
+        layer = model.get_layer(name)
+        layer.embeddings.assign(np.zeros(layer.embeddings.shape))
+    model.get_layer("interpolation_prior").kernel.assign([[0.0]])
+    high = RNG.integers(40, 200, (2,) + SHAPE)
+    darker = np.asarray(model({"low_resolution": np.full((2, 2, 2, 3), 100), "pixels": high}))
+    brighter = np.asarray(model({"low_resolution": np.full((2, 2, 2, 3), 130), "pixels": high + 30}))
+    np.testing.assert_allclose(brighter[..., 30:], darker[..., :-30], atol=1e-5)
+    assert not np.allclose(brighter, darker)
 
 
 def test_pixel_dropout_hides_previous_pixels_in_training_only():

@@ -140,3 +140,26 @@ def test_bad_flags_are_clear_errors(tmp_path):
     with pytest.raises(super_resolution.harness.UsageError, match="--image_dir: .*is not a folder"):
         with contextlib.redirect_stdout(io.StringIO()):
             super_resolution.main(argv)
+
+
+def test_pixel_dropout_flag_takes_zero_and_rejects_one(tmp_path, capsys):
+    args = super_resolution.parse_args(["--model_dir", str(tmp_path), "--pixel_dropout", "0"])
+    assert args.pixel_dropout == 0.0
+    with pytest.raises(SystemExit):
+        super_resolution.parse_args(["--model_dir", str(tmp_path), "--pixel_dropout", "1"])
+    assert "--pixel_dropout: expected a number in [0, 1), got '1'" in capsys.readouterr().err
+
+
+def test_training_pairs_are_oriented_together_in_all_eight_ways():
+    from keras_selfattn.data.image_patches import downsample
+
+    high = np.arange(4 * 4).reshape(1, 4, 4, 1).astype("int32")
+    pairs = super_resolution.pairs(high, 2)
+    dataset = super_resolution.training_dataset(pairs, batch_size=1, seed=0)
+    seen = set()
+    for inputs, target in dataset.take(200):
+        pixels = inputs["pixels"].numpy()
+        np.testing.assert_array_equal(target.numpy(), pixels)
+        np.testing.assert_array_equal(inputs["low_resolution"].numpy(), downsample(pixels, 2))
+        seen.add(pixels.tobytes())
+    assert len(seen) == 8
