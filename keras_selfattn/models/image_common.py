@@ -5,9 +5,8 @@ position: the image `[batch, H, W, C]` becomes the grid `[batch, H, W * C]`
 (channels folded into the width, as in the Image Transformer) and channel `c`
 takes the embedding rows `256 c .. 256 c + 255` (or, for a decoder that codes
 values as differences from an estimate, `511 c .. 511 c + 510`). The `"dmol"`
-head has one
-position per pixel, its channels merged by a dense projection (the paper's
-1 x 3 stride-3 convolution).
+head has one position per pixel, its channels merged by a dense projection
+(the paper's 1 x 3 stride-3 convolution).
 """
 
 import keras
