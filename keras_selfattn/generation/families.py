@@ -106,16 +106,16 @@ class ImageModel:
         """What a super-resolution model's decoder steps read of its input
         image, as keyword arguments of
         `models.image_decoding.image_decoder_step`: `encoder_outputs`, and
-        where the model has them the upsampled image's embedding
-        (`position_condition`), prior logits (`position_logits`) and
+        where the model has them the upsampled image's per-position
+        condition (`position_condition`), prior logits (`position_logits`) and
         rounded values (`estimates`, when the decoder codes differences
         from them), each `[batch, positions, ...]` in raster order."""
         outputs = _low_resolution_encoder(self._model())(low_resolution)
         encoded = {"encoder_outputs": outputs["encoder_norm"]}
         if "upsampled_estimate" in outputs and not self.is_dmol:
             encoded["estimates"] = _in_raster_order(outputs["upsampled_estimate"][..., None])[..., 0]
-        if "upsampled_embedding" in outputs:
-            encoded["position_condition"] = _in_raster_order(outputs["upsampled_embedding"])
+        if "upsampled_condition" in outputs:
+            encoded["position_condition"] = _in_raster_order(outputs["upsampled_condition"])
         if "interpolation_prior" in outputs:
             encoded["position_logits"] = _in_raster_order(outputs["interpolation_prior"][..., 0])
         return encoded
@@ -144,7 +144,7 @@ def _image_decoder_config(layers):
 
 
 _ENCODERS = weakref.WeakKeyDictionary()
-LOW_RESOLUTION_LAYERS = ("encoder_norm", "upsampled_estimate", "upsampled_embedding", "interpolation_prior")
+LOW_RESOLUTION_LAYERS = ("encoder_norm", "upsampled_estimate", "upsampled_condition", "interpolation_prior")
 
 
 def _low_resolution_encoder(model):

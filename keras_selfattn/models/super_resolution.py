@@ -48,8 +48,10 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     small models trained for minutes use it at all instead of having to
     learn the alignment through the cross-attention:
 
-    - its embedding is added to every decoder position's input (the
-      position knows the estimate it refines);
+    - its embedding, and features of its neighbourhood (two convolutions,
+      which see the estimates ahead of the position as well as behind
+      it), are added to every decoder position's input (the position knows
+      the estimate it refines and the edges around it);
     - with the categorical head, the decoder codes every sub-pixel as its
       difference from the estimate, both the previous value it reads and
       the 511 differences it scores (residual learning: the correction of
@@ -62,7 +64,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
 
     Outputs as `image_transformer`: logits over the 256 values. Generation
     reads the encoded image at the layer `encoder_norm`, and the upsampled
-    image at `upsampled_estimate`, `upsampled_embedding` and
+    image at `upsampled_estimate`, `upsampled_condition` and
     `interpolation_prior`.
 
     Args:
@@ -109,7 +111,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     outputs = decode_image(
         layers, pixels - estimates + (NUM_VALUES - 1) if categorical else pixels,
         config, high_shape, encoder_outputs=encoded,
-        position_condition=_embed_upsampled(estimates, high_shape, config),
+        position_condition=_upsampled_condition(upsampled, estimates, high_shape, config),
     )
     if categorical:
         outputs = values_from_differences(outputs, estimates) + _interpolation_prior(upsampled)
@@ -124,11 +126,30 @@ def _attention(config):
     )
 
 
-def _embed_upsampled(estimates, high_shape, config):
-    """The rounded upsampled image embedded per position, in the decoder's
-    attention layout."""
+def _upsampled_condition(upsampled, estimates, high_shape, config):
+    """Per decoder position, the embedding of its rounded estimate plus
+    convolutional features of the upsampled image around it, in the
+    decoder's attention layout."""
     embedding = pixel_embedding(high_shape, config["hidden_dim"], config["head"], "upsampled_embedding")
-    return to_attention_layout(embed_pixels(estimates, embedding, config["head"]), config["attention"])
+    embedded = embed_pixels(estimates, embedding, config["head"])
+    condition = keras.layers.Add(name="upsampled_condition")(
+        [embedded, _upsampled_features(upsampled, high_shape, config)]
+    )
+    return to_attention_layout(condition, config["attention"])
+
+
+def _upsampled_features(upsampled, high_shape, config):
+    """`[batch, rows, columns, hidden_dim]` features of the position grid:
+    one vector per sub-pixel (categorical head) or pixel (DMOL)."""
+    height, width, channels = high_shape
+    per_pixel = channels if config["head"] == "categorical" else 1
+    x = keras.layers.Conv2D(
+        config["hidden_dim"], 9, padding="same", activation="relu", name="upsampled_conv_0"
+    )(upsampled / 127.5 - 1.0)
+    x = keras.layers.Conv2D(
+        config["hidden_dim"] * per_pixel, 5, padding="same", name="upsampled_conv_1"
+    )(x)
+    return keras.ops.reshape(x, (-1, height, width * per_pixel, config["hidden_dim"]))
 
 
 def _interpolation_prior(upsampled):

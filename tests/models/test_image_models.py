@@ -151,8 +151,15 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
         previous = high[:, row, pixel, channel]
 
 
+def _without_upsampled_features(model):
+    layer = model.get_layer("upsampled_conv_1")
+    layer.kernel.assign(np.zeros(layer.kernel.shape))
+    layer.bias.assign(np.zeros(layer.bias.shape))
+    return model
+
+
 def test_super_resolution_decoder_input_carries_the_upsampled_image():
-    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    model = _without_upsampled_features(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     flat = np.full((1, 2, 2, 3), 100)
     upsampled = ImageModel(model).encode_low_resolution(flat)["position_condition"]
     table = model.get_layer("upsampled_embedding").embeddings.numpy()
@@ -167,6 +174,25 @@ def test_super_resolution_decoder_input_carries_the_upsampled_image():
     grid = np.asarray(upsampled).reshape(SHAPE[:2] + (3, -1))
     np.testing.assert_allclose(grid[0, 0, 0], table[0], atol=1e-6)
     np.testing.assert_allclose(grid[0, -1, 0], table[255], atol=1e-6)
+
+
+def test_super_resolution_decoder_input_sees_the_upsampled_image_ahead():
+    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    low = RNG.integers(0, 256, (1, 2, 2, 3))
+    changed = low.copy()
+    changed[0, 1, 1] = 255 - changed[0, 1, 1]  # the bottom-right pixel only
+    encoded = [ImageModel(model).encode_low_resolution(x) for x in (low, changed)]
+    assert encoded[0]["estimates"][0, 0] == encoded[1]["estimates"][0, 0]
+    first, other = (np.asarray(e["position_condition"])[0, 0] for e in encoded)
+    # The first position generated (top left) reads the image's far corner
+    # through the convolutions, though its own estimate is unchanged.
+    assert not np.allclose(first, other)
+    _without_upsampled_features(model)
+    first, other = (
+        np.asarray(ImageModel(model).encode_low_resolution(x)["position_condition"])[0, 0]
+        for x in (low, changed)
+    )
+    np.testing.assert_allclose(first, other, atol=1e-6)
 
 
 def test_super_resolution_logits_carry_the_interpolation_prior():
@@ -193,10 +219,11 @@ def test_values_from_differences_reads_each_value_at_its_difference():
 
 
 def test_super_resolution_decoder_scores_differences_from_the_estimate():
-    model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    model = _without_upsampled_features(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     # Without the absolute values (embeddings of the input and the estimate,
-    # the prior), the decoder sees only differences: brightening both images
-    # by 30 moves every distribution 30 values up.
+    # features of the upsampled image, the prior), the decoder sees only
+    # differences: brightening both images by 30 moves every distribution 30
+    # values up.
     for name in ("source_embedding", "upsampled_embedding"):
         layer = model.get_layer(name)
         layer.embeddings.assign(np.zeros(layer.embeddings.shape))
