@@ -46,7 +46,7 @@ PRESETS = {
     # A CPU-sized model (3 + 2 layers of width 64): minutes per epoch on one core.
     "small": dict(
         preset="tiny", num_layers=3, num_encoder_layers=2, hidden_dim=64, num_heads=4,
-        feedforward_dim=128, pixel_dropout=0.5,
+        feedforward_dim=128,
     ),
     "tiny": dict(preset="tiny"),
     # The paper's CelebA 8x8 -> 32x32 configuration.
@@ -101,7 +101,7 @@ def build_parser():
         type=harness.rate,
         default=None,
         help="rate at which training hides whole positions' previous pixel from the decoder, "
-        "so that generation leans on the input image (default: the preset's; small 0.5)",
+        "so that generation leans on the input image (default: the preset's, 0)",
     )
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
     evaluation = parser.add_argument_group("evaluation")
