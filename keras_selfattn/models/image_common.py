@@ -99,7 +99,8 @@ def values_from_differences(logits, estimates):
         `[..., NUM_VALUES]` logits; entry `v` is the difference `v - estimate`'s.
     """
     values = ops.arange(NUM_VALUES, dtype="int32")
-    indices = values - ops.cast(estimates, "int32")[..., None] + (NUM_VALUES - 1)
+    # ops.subtract, not `-`: a JAX array minus a symbolic tensor fails.
+    indices = ops.subtract(values, ops.cast(estimates, "int32")[..., None]) + (NUM_VALUES - 1)
     return ops.take_along_axis(logits, indices, axis=-1)
 
 
