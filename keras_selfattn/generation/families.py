@@ -14,6 +14,7 @@ import keras
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.models.decoding import layers_by_name
+from keras_selfattn.models.image_common import NUM_DIFFERENCES, coded_values
 
 SEQUENCE_MODELS = (
     "music_transformer (or a decoder-only model with the layer names of "
@@ -102,6 +103,12 @@ class ImageModel:
     def is_dmol(self):
         return self.config["head"] == "dmol"
 
+    @property
+    def codes_differences(self):
+        """Whether the decoder reads and scores differences from an estimate."""
+        embedding = self.layers["pixel_embedding"]
+        return not self.is_dmol and coded_values(embedding, self.image_shape) == NUM_DIFFERENCES
+
     def encode_low_resolution(self, low_resolution):
         """What a super-resolution model's decoder steps read of its input
         image, as keyword arguments of
@@ -112,8 +119,9 @@ class ImageModel:
         from them), each `[batch, positions, ...]` in raster order."""
         outputs = _low_resolution_encoder(self._model())(low_resolution)
         encoded = {"encoder_outputs": outputs["encoder_norm"]}
-        if "upsampled_estimate" in outputs and not self.is_dmol:
-            encoded["estimates"] = _in_raster_order(outputs["upsampled_estimate"][..., None])[..., 0]
+        if "upsampled_estimate" in outputs and self.codes_differences:
+            estimates = outputs["upsampled_estimate"]
+            encoded["estimates"] = keras.ops.reshape(estimates, (-1, math.prod(estimates.shape[1:])))
         if "upsampled_condition" in outputs:
             encoded["position_condition"] = _in_raster_order(outputs["upsampled_condition"])
         if "interpolation_prior" in outputs:

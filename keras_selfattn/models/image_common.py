@@ -87,6 +87,11 @@ def coded_values(embedding, image_shape):
     return embedding.input_dim // image_shape[-1]
 
 
+def differences_from(values, estimates):
+    """Int values 0..255 -> their coded differences from `estimates`, 0..510."""
+    return ops.subtract(ops.cast(values, "int32"), ops.cast(estimates, "int32")) + (NUM_VALUES - 1)
+
+
 def values_from_differences(logits, estimates):
     """Logits over the differences from `estimates` -> logits over the values.
 

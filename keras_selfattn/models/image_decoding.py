@@ -13,8 +13,8 @@ from keras import ops
 
 from keras_selfattn.models.decoding import initial_caches, numbered_layers
 from keras_selfattn.models.image_common import (
-    NUM_VALUES,
     coded_values,
+    differences_from,
     position_grid,
     values_from_differences,
 )
@@ -84,7 +84,7 @@ def image_decoder_step(
     raster_index = _raster_index(config, image_shape, order, step)
     if estimates is not None:
         previous_index = _raster_index(config, image_shape, order, ops.maximum(step - 1, 0))
-        previous = previous - ops.take(estimates, previous_index, axis=1) + (NUM_VALUES - 1)
+        previous = differences_from(previous, ops.take(estimates, previous_index, axis=1))
     x = _previous_embedding(layers, config, image_shape, previous, order, step)
     if condition is not None:
         x = x + condition

@@ -11,6 +11,7 @@ from keras_selfattn.models.image_common import (
     NUM_VALUES,
     check_image_config,
     decode_image,
+    differences_from,
     embed_pixels,
     image_decoder_layers,
     pixel_embedding,
@@ -109,7 +110,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
         num_values=NUM_DIFFERENCES if categorical else NUM_VALUES,
     )
     outputs = decode_image(
-        layers, pixels - estimates + (NUM_VALUES - 1) if categorical else pixels,
+        layers, differences_from(pixels, estimates) if categorical else pixels,
         config, high_shape, encoder_outputs=encoded,
         position_condition=_upsampled_condition(upsampled, estimates, high_shape, config),
     )
