@@ -8,9 +8,14 @@ download); `--dataset celeb_a` reads CelebA from tensorflow-datasets
 (held out by file). The low-resolution input is the high-resolution image
 averaged over `--scale x --scale` blocks.
 
+Training has two stages: first the model's upsampler (bicubic plus a
+convolutional correction, the estimate the decoder refines) is fitted by
+L1 regression for `--upsampler_epochs`, then frozen while the Image
+Transformer trains for `--epochs`.
+
 The run prints and writes to `--model_dir`: held-out bits/dim, PSNR and
 SSIM (scikit-image) of the model's outputs at each of `--temperatures`
-against bicubic and nearest upsampling, `super_resolution.png` (one row per
+against bicubic and nearest upsampling and the upsampler alone, `super_resolution.png` (one row per
 held-out example: low resolution, bicubic, the model's samples, the
 original), `super_resolution_samples.npz` (the scored images: low
 resolution, original and every method's output), the trained `.keras`
@@ -103,7 +108,17 @@ def build_parser():
         help="rate at which training hides whole positions' previous pixel from the decoder, "
         "so that generation leans on the input image (default: the preset's, 0)",
     )
-    harness.add_training_flags(parser, epochs=10, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
+    training = harness.add_training_flags(
+        parser, epochs=10, steps_per_epoch=100, batch_size=16, learning_rate=1e-3
+    )
+    training.add_argument(
+        "--upsampler_epochs",
+        type=harness.non_negative_int,
+        default=20,
+        help="epochs of --steps_per_epoch steps that fit the upsampler (the estimate the "
+        "decoder refines) by L1 regression before the Image Transformer trains; 0 keeps plain "
+        "bicubic interpolation",
+    )
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument(
         "--eval_images",
@@ -175,6 +190,16 @@ def pairs(high, scale):
     return {"low_resolution": downsample(high, scale), "pixels": np.asarray(high, "int32")}
 
 
+def upsampler_dataset(inputs, batch_size, seed):
+    """`training_dataset`'s batches as (low resolution, float32 pixels): the
+    upsampler's inputs and regression targets."""
+    import tensorflow as tf
+
+    return training_dataset(inputs, batch_size, seed).map(
+        lambda example, target: (example["low_resolution"], tf.cast(target, "float32"))
+    )
+
+
 def training_dataset(inputs, batch_size, seed):
     """Shuffled, repeated batches of (inputs, target pixels), each pair in one
     of its 8 orientations at random (flips and transposition: the same for
@@ -216,6 +241,37 @@ def build_model(args, low_shape, high_shape):
     return model
 
 
+def fit_upsampler(args, run, model, train, validation):
+    """Fits the model's upsampler by L1 regression on the high-resolution
+    images for `--upsampler_epochs`, then freezes it again; returns its
+    training history (`{}` when nothing was fitted)."""
+    upsampler = model.get_layer("upsampler")
+    if not args.upsampler_epochs or not upsampler.weights:
+        return {}
+    upsampler.trainable = True
+    with run.strategy.scope():
+        # A model of its own over the upsampler's layers, so that the saved
+        # model holds no second optimizer.
+        regression = keras.Model(upsampler.input, upsampler.output, name="upsampler_regression")
+        regression.compile(
+            optimizer=keras.optimizers.Adam(args.learning_rate), loss="mean_absolute_error"
+        )
+    run.log(
+        f"fitting the upsampler ({upsampler.count_params():,} parameters): {args.upsampler_epochs} "
+        f"epochs x {args.steps_per_epoch} steps of {args.batch_size}"
+    )
+    history = regression.fit(
+        run.distribute(upsampler_dataset(train, args.batch_size, args.seed)),
+        epochs=args.upsampler_epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        validation_data=(validation["low_resolution"], validation["pixels"].astype("float32")),
+        verbose=args.verbose if run.chief else 0,
+        shuffle=False,  # a tf.data pipeline shuffles itself
+    )
+    upsampler.trainable = False
+    return {k: [float(x) for x in v] for k, v in history.history.items()}
+
+
 # ------------------------------------------------------------- evaluation
 
 
@@ -234,6 +290,12 @@ def super_resolve(args, model, low, temperature):
     return np.concatenate(outputs).astype("int32")
 
 
+def upsampled(model, low):
+    """The model's upsampler's estimates, rounded to uint8 values."""
+    estimates = model.get_layer("upsampler").predict(low, verbose=0)
+    return np.clip(np.round(estimates), 0, 255).astype("int32")
+
+
 def evaluate(args, run, model, test):
     """Bits/dim on every held-out image; PSNR and SSIM of the model at each
     temperature and of the interpolations on `--eval_images` of them."""
@@ -246,7 +308,11 @@ def evaluate(args, run, model, test):
     chosen = np.sort(np.random.default_rng(args.seed).permutation(len(test["pixels"]))[: args.eval_images])
     low, high = test["low_resolution"][chosen], test["pixels"][chosen]
     size = high.shape[1:3]
-    outputs = {"nearest": upsample(low, size, "nearest"), "bicubic": upsample(low, size, "bicubic")}
+    outputs = {
+        "nearest": upsample(low, size, "nearest"),
+        "bicubic": upsample(low, size, "bicubic"),
+        "upsampler": upsampled(model, low),
+    }
     for temperature in args.temperatures:
         run.log(f"super-resolving {len(low)} held-out images at temperature {temperature:g} ...")
         outputs[f"model_temperature_{temperature:g}"] = super_resolve(args, model, low, temperature)
@@ -291,6 +357,7 @@ def main(argv=None, callbacks=()):
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
     validation = {k: v[: 4 * args.batch_size] for k, v in test.items()}
+    upsampler_history = fit_upsampler(args, run, model, train, validation)
     history = run.fit(
         model, training_dataset(train, args.batch_size, args.seed),
         validation_data=(validation, validation["pixels"]), callbacks=callbacks,
@@ -313,6 +380,7 @@ def main(argv=None, callbacks=()):
             "train_images": int(len(train_high)),
             "held_out_images": int(len(test_high)),
         },
+        "upsampler_training": upsampler_history,
         "training": {k: [float(x) for x in v] for k, v in history.history.items()},
         "held_out": held_out,
     }

@@ -29,11 +29,13 @@ SUPER_RESOLUTION_PRESETS = {
         attention="local_2d", head="categorical", num_layers=12, num_encoder_layers=4,
         hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1, block_length=256,
         query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10, pixel_dropout=0.0,
+        upsampler_layers=4, upsampler_width=64,
     ),
     "tiny": dict(
         attention="local_2d", head="categorical", num_layers=2, num_encoder_layers=1,
         hidden_dim=32, num_heads=2, feedforward_dim=64, dropout=0.0, block_length=16,
         query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4, pixel_dropout=0.0,
+        upsampler_layers=2, upsampler_width=8,
     ),
 }
 
@@ -65,7 +67,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
 
     Outputs as `image_transformer`: logits over the 256 values. Generation
     reads the encoded image at the layer `encoder_norm`, and the upsampled
-    image at `upsampled_estimate`, `upsampled_condition` and
+    image at `upsampled_estimate` (rounded), `upsampled_condition` and
     `interpolation_prior`.
 
     Args:
@@ -78,7 +80,9 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
             positions' previous pixel from the decoder (the position keeps
             its upsampled estimate), so that generation, which feeds the
             model its own earlier outputs, leans on the input image rather
-            than only on copying its neighbours.
+            than only on copying its neighbours; `upsampler_layers`, the
+            upsampler's convolutions (0: bicubic alone), and
+            `upsampler_width`, their channels.
 
     Returns:
         A `keras.Model`.
@@ -91,6 +95,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     rate = config["pixel_dropout"]
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
         raise ValueError(f"`pixel_dropout` must be a number in [0, 1). Received: pixel_dropout={rate!r}")
+    _check_upsampler_config(config)
     if low_shape[-1] != high_shape[-1]:
         raise ValueError(
             f"`low_shape` and `high_shape` need the same channels. Received: {low_shape}, {high_shape}"
@@ -98,9 +103,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     low = keras.Input(low_shape, dtype="int32", name="low_resolution")
     pixels = keras.Input(high_shape, dtype="int32", name="pixels")
     encoded = _encode_low_resolution(low, low_shape, config)
-    upsampled = keras.ops.image.resize(
-        keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
-    )
+    upsampled = _upsampler(low_shape, high_shape, config)(low)
     estimates = keras.layers.Identity(name="upsampled_estimate")(
         keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, NUM_VALUES - 1), "int32")
     )
@@ -119,6 +122,40 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     return keras.Model(
         {"low_resolution": low, "pixels": pixels}, outputs, name="image_super_resolution"
     )
+
+
+def _check_upsampler_config(config):
+    for name, minimum in (("upsampler_layers", 0), ("upsampler_width", 1)):
+        value = config[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+
+
+def _upsampler(low_shape, high_shape, config):
+    """The frozen sub-model `upsampler`: `low_resolution` -> the float
+    `[batch, H, W, C]` estimate of the high-resolution image, bicubic plus
+    a residual correction from `upsampler_layers` convolutions (zero
+    before fitting: the last one starts at zero)."""
+    low = keras.Input(low_shape, dtype="int32", name="low_resolution")
+    bicubic = keras.ops.image.resize(
+        keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
+    )
+    estimate = bicubic
+    if config["upsampler_layers"]:
+        x = bicubic / 127.5 - 1.0
+        for index in range(config["upsampler_layers"] - 1):
+            x = keras.layers.Conv2D(
+                config["upsampler_width"], 5 if index == 0 else 3, padding="same",
+                activation="relu", name=f"upsampler_conv_{index}",
+            )(x)
+        correction = keras.layers.Conv2D(
+            high_shape[-1], 3, padding="same", kernel_initializer="zeros",
+            name="upsampler_correction",
+        )(x)
+        estimate = keras.ops.add(bicubic, 127.5 * correction)
+    upsampler = keras.Model(low, estimate, name="upsampler")
+    upsampler.trainable = False
+    return upsampler
 
 
 def _attention(config):

@@ -40,10 +40,16 @@ def image_model(attention, head="categorical", num_classes=None):
 
 
 def super_resolution_model():
-    return image_super_resolution(
+    """Its upsampler's correction is random (nonzero), as after fitting."""
+    model = image_super_resolution(
         LOW_SHAPE, IMAGE_SHAPE, preset="tiny", block_length=8, query_shape=(2, 6),
         memory_flange=(1, 2), num_encoder_layers=1, **SMALL,
     )
+    correction = model.get_layer("upsampler").get_layer("upsampler_correction")
+    rng = np.random.default_rng(4)
+    for weight in correction.weights:
+        weight.assign(rng.normal(0, 0.05, weight.shape))
+    return model
 
 
 def sharpen(model, factor=6.0):

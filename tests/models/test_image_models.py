@@ -118,8 +118,52 @@ def test_class_condition_changes_the_outputs():
     assert not np.allclose(first, second)
 
 
-def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
+def _with_fitted_upsampler(model, scale=0.05):
+    """The model with a random (nonzero) correction in its upsampler, as
+    after fitting it."""
+    layer = model.get_layer("upsampler").get_layer("upsampler_correction")
+    layer.kernel.assign(RNG.normal(0, scale, layer.kernel.shape))
+    layer.bias.assign(RNG.normal(0, scale, layer.bias.shape))
+    return model
+
+
+def _bicubic(low, size):
+    return np.asarray(
+        keras.ops.image.resize(np.asarray(low, "float32"), size, interpolation="bicubic")
+    )
+
+
+def test_super_resolution_upsampler_starts_as_bicubic_and_stays_frozen():
     model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
+    upsampler = model.get_layer("upsampler")
+    low = RNG.integers(0, 256, (2, 2, 2, 3))
+    np.testing.assert_allclose(upsampler(low), _bicubic(low, SHAPE[:2]), atol=1e-4)
+    assert not upsampler.trainable and upsampler.weights
+    trainable = {id(weight) for weight in model.trainable_weights}
+    assert not any(id(weight) in trainable for weight in upsampler.weights)
+    with pytest.raises(ValueError, match="`upsampler_layers` must be an integer >= 0"):
+        image_super_resolution((2, 2, 3), SHAPE, **TINY, upsampler_layers=-1)
+    with pytest.raises(ValueError, match="`upsampler_width` must be an integer >= 1"):
+        image_super_resolution((2, 2, 3), SHAPE, **TINY, upsampler_width=2.5)
+    plain = image_super_resolution((2, 2, 3), SHAPE, **TINY, upsampler_layers=0)
+    assert not plain.get_layer("upsampler").weights
+
+
+def test_super_resolution_decoder_refines_the_upsampler_estimate():
+    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
+    low = RNG.integers(0, 256, (2, 2, 2, 3))
+    estimate = np.asarray(model.get_layer("upsampler")(low))
+    rounded = np.clip(np.round(estimate), 0, 255)
+    assert np.mean(rounded != np.clip(np.round(_bicubic(low, SHAPE[:2])), 0, 255)) > 0.5
+    encoded = ImageModel(model).encode_low_resolution(low)
+    np.testing.assert_array_equal(encoded["estimates"], rounded.reshape(2, -1))
+    # The prior is centred on the corrected estimate, not on bicubic.
+    prior = np.asarray(encoded["position_logits"]).reshape(rounded.shape + (256,))
+    np.testing.assert_array_equal(prior.argmax(-1), rounded)
+
+
+def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
+    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     outputs = np.asarray(model({"low_resolution": low, "pixels": high}))
     assert outputs.shape == (2,) + SHAPE + (256,)
@@ -134,7 +178,7 @@ def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
 def test_super_resolution_cached_steps_equal_the_forward_pass():
     overrides = {key: value for key, value in TINY.items() if key != "preset"}
     config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, "tiny", overrides)
-    model = image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides)
+    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
     encoded = ImageModel(model).encode_low_resolution(low)

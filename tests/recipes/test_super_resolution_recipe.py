@@ -25,19 +25,31 @@ pytestmark = [
 ]
 
 
+class UpsamplerWatch(keras.callbacks.Callback):
+    """Records the upsampler's weights as the Image Transformer's training
+    begins and ends."""
+
+    def on_train_begin(self, logs=None):
+        self.before = [w.numpy().copy() for w in self.model.get_layer("upsampler").weights]
+
+    def on_train_end(self, logs=None):
+        self.after = [w.numpy().copy() for w in self.model.get_layer("upsampler").weights]
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("super_resolution")
     argv = [
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
         "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1", "--steps_per_epoch", "2",
-        "--batch_size", "4", "--eval_images", "3", "--temperatures", "0,1", "--grid_rows", "2",
-        "--verbose", "0", "--seed", "2",
+        "--upsampler_epochs", "2", "--batch_size", "4", "--eval_images", "3", "--temperatures", "0,1",
+        "--grid_rows", "2", "--verbose", "0", "--seed", "2",
     ]
     printed = io.StringIO()
+    watch = UpsamplerWatch()
     with contextlib.redirect_stdout(printed):
-        report = super_resolution.main(argv)
-    return model_dir, report, printed.getvalue()
+        report = super_resolution.main(argv, callbacks=[watch])
+    return model_dir, report, printed.getvalue(), watch
 
 
 def test_help_explains_every_flag():
@@ -55,7 +67,7 @@ def test_help_explains_every_flag():
 def test_short_run_writes_grid_report_and_saved_model(short_run):
     import matplotlib.image
 
-    model_dir, report, printed = short_run
+    model_dir, report, printed, _ = short_run
     for name in ("super_resolution.keras", "super_resolution.png", "super_resolution_samples.npz", "report.json"):
         assert (model_dir / name).is_file(), name
     assert json.loads((model_dir / "report.json").read_text())["held_out"] == report["held_out"]
@@ -64,7 +76,7 @@ def test_short_run_writes_grid_report_and_saved_model(short_run):
     for line in listing:
         assert Path(line.split()[-1]).exists(), line
     grid = matplotlib.image.imread(model_dir / "super_resolution.png")
-    # Two example rows of five columns: low, bicubic, two temperatures, original.
+    # Two example rows of six columns: low, bicubic, upsampler, two temperatures, original.
     assert grid.shape[1] > grid.shape[0] and grid.std() > 0
     assert report["data"]["source"] == "default"
     assert report["model"]["low_shape"] == [4, 4, 1] and report["model"]["high_shape"] == [8, 8, 1]
@@ -74,12 +86,12 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity
     from skimage.transform import resize
 
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     scored = np.load(model_dir / "super_resolution_samples.npz")
     original, low = scored["original"].astype(float), scored["low_resolution"].astype(float)
     assert original.shape == (3, 8, 8, 1) and low.shape == (3, 4, 4, 1)
     quality = report["held_out"]["quality"]
-    assert set(quality) == {"nearest", "bicubic", "model_temperature_0", "model_temperature_1"}
+    assert set(quality) == {"nearest", "bicubic", "upsampler", "model_temperature_0", "model_temperature_1"}
     for name, scores in quality.items():
         images = scored[name].astype(float)
         psnr = np.mean([peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, images)])
@@ -94,10 +106,25 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
     np.testing.assert_array_equal(low, np.round(original.reshape(3, 4, 2, 4, 2, 1).mean((2, 4))))
 
 
+def test_upsampler_is_fitted_first_then_frozen(short_run):
+    model_dir, report, _, watch = short_run
+    assert len(report["upsampler_training"]["loss"]) == 2
+    assert len(report["upsampler_training"]["val_loss"]) == 2
+    # Fitted: its correction, zero when built, is not zero any more.
+    assert any(np.any(weight) for weight in watch.before)
+    # Frozen while the Image Transformer trains.
+    for before, after in zip(watch.before, watch.after):
+        np.testing.assert_array_equal(before, after)
+    model = keras.models.load_model(model_dir / "super_resolution.keras")
+    scored = np.load(model_dir / "super_resolution_samples.npz")
+    estimates = model.get_layer("upsampler").predict(scored["low_resolution"], verbose=0)
+    np.testing.assert_array_equal(scored["upsampler"], np.clip(np.round(estimates), 0, 255))
+
+
 def test_bits_per_dim_covers_every_held_out_patch(short_run):
     from keras_selfattn.data.image_patches import downsample, embedded_patches
 
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     _, test = embedded_patches(size=8, channels=1, seed=2)
     assert report["held_out"]["images"] == len(test) == report["data"]["held_out_images"]
     model = keras.models.load_model(model_dir / "super_resolution.keras")
@@ -114,7 +141,7 @@ def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
 
     from keras_selfattn.generation import sample_images
 
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     scored = np.load(model_dir / "super_resolution_samples.npz")
     low = scored["low_resolution"].astype("uint8")
     model = keras.models.load_model(model_dir / "super_resolution.keras")
