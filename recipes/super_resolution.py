@@ -15,13 +15,13 @@ Transformer trains for `--epochs`.
 
 The run prints and writes to `--model_dir`: held-out bits/dim, PSNR and
 SSIM (scikit-image) of the model's outputs at each of `--temperatures`
-against bicubic and nearest upsampling and the upsampler alone, `super_resolution.png` (one row per
-held-out example: low resolution, bicubic, the model's samples, the
-original), `super_resolution_samples.npz` (the scored images: low
-resolution, original and every method's output), the trained `.keras`
-model, `report.json`, checkpoints, TensorBoard logs, and with
-`--export_dir` a SavedModel for TF Serving with the `super_resolve`
-signature.
+against bicubic and nearest upsampling and the upsampler alone,
+`super_resolution.png` (one row per held-out example: low resolution,
+bicubic, the upsampler, the model's samples, the original),
+`super_resolution_samples.npz` (the scored images: low resolution,
+original and every method's output), the trained `.keras` model,
+`report.json`, checkpoints, TensorBoard logs, and with `--export_dir` a
+SavedModel for TF Serving with the `super_resolve` signature.
 
     python recipes/super_resolution.py --model_dir runs/super_resolution
     python recipes/super_resolution.py --model_dir runs/celeba --dataset celeb_a \\
@@ -48,10 +48,11 @@ from keras_selfattn.models import (  # noqa: E402
 MODEL_NAME = "super_resolution"
 SERVING_NAME = "super_resolution"  # the model's name in serving/models.config
 PRESETS = {
-    # A CPU-sized model (3 + 2 layers of width 64): minutes per epoch on one core.
+    # A CPU-sized model (3 + 2 layers of width 64, an upsampler of 6
+    # convolutions): minutes per epoch on one core.
     "small": dict(
         preset="tiny", num_layers=3, num_encoder_layers=2, hidden_dim=64, num_heads=4,
-        feedforward_dim=128,
+        feedforward_dim=128, upsampler_layers=6, upsampler_width=64,
     ),
     "tiny": dict(preset="tiny"),
     # The paper's CelebA 8x8 -> 32x32 configuration.
