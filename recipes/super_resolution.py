@@ -357,7 +357,9 @@ def main(argv=None, callbacks=()):
         f"parameters; {low_shape} -> {high_shape}; training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
-    validation = {k: v[: 4 * args.batch_size] for k, v in test.items()}
+    # Held-out patches come grouped by picture: validate on some of each.
+    picked = np.random.default_rng(args.seed).permutation(len(test["pixels"]))[: 4 * args.batch_size]
+    validation = {k: v[picked] for k, v in test.items()}
     upsampler_history = fit_upsampler(args, run, model, train, validation)
     history = run.fit(
         model, training_dataset(train, args.batch_size, args.seed),
