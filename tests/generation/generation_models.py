@@ -41,13 +41,17 @@ def image_model(attention, head="categorical", num_classes=None):
 
 def super_resolution_model():
     """Its upsampler's correction is random (nonzero), as after fitting."""
-    model = image_super_resolution(
+    return with_fitted_upsampler(image_super_resolution(
         LOW_SHAPE, IMAGE_SHAPE, preset="tiny", block_length=8, query_shape=(2, 6),
         memory_flange=(1, 2), num_encoder_layers=1, **SMALL,
-    )
-    correction = model.get_layer("upsampler").get_layer("upsampler_correction")
-    rng = np.random.default_rng(4)
-    for weight in correction.weights:
+    ))
+
+
+def with_fitted_upsampler(model, seed=4):
+    """The super-resolution model with a random (nonzero) correction in its
+    upsampler, as after fitting it."""
+    rng = np.random.default_rng(seed)
+    for weight in model.get_layer("upsampler").get_layer("upsampler_correction").weights:
         weight.assign(rng.normal(0, 0.05, weight.shape))
     return model
 

@@ -17,6 +17,7 @@ from keras_selfattn.models.super_resolution import (
     image_super_resolution,
 )
 from keras_selfattn.ops.blocking_2d import block_raster_index
+from tests.generation.generation_models import with_fitted_upsampler
 
 RNG = np.random.default_rng(9)
 SHAPE = (4, 4, 3)
@@ -118,15 +119,6 @@ def test_class_condition_changes_the_outputs():
     assert not np.allclose(first, second)
 
 
-def _with_fitted_upsampler(model, scale=0.05):
-    """The model with a random (nonzero) correction in its upsampler, as
-    after fitting it."""
-    layer = model.get_layer("upsampler").get_layer("upsampler_correction")
-    layer.kernel.assign(RNG.normal(0, scale, layer.kernel.shape))
-    layer.bias.assign(RNG.normal(0, scale, layer.bias.shape))
-    return model
-
-
 def _bicubic(low, size):
     return np.asarray(
         keras.ops.image.resize(np.asarray(low, "float32"), size, interpolation="bicubic")
@@ -150,7 +142,7 @@ def test_super_resolution_upsampler_starts_as_bicubic_and_stays_frozen():
 
 
 def test_super_resolution_decoder_refines_the_upsampler_estimate():
-    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
+    model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     low = RNG.integers(0, 256, (2, 2, 2, 3))
     estimate = np.asarray(model.get_layer("upsampler")(low))
     rounded = np.clip(np.round(estimate), 0, 255)
@@ -163,7 +155,7 @@ def test_super_resolution_decoder_refines_the_upsampler_estimate():
 
 
 def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
-    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
+    model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     outputs = np.asarray(model({"low_resolution": low, "pixels": high}))
     assert outputs.shape == (2,) + SHAPE + (256,)
@@ -178,7 +170,7 @@ def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
 def test_super_resolution_cached_steps_equal_the_forward_pass():
     overrides = {key: value for key, value in TINY.items() if key != "preset"}
     config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, "tiny", overrides)
-    model = _with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides))
+    model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
     encoded = ImageModel(model).encode_low_resolution(low)
