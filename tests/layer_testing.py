@@ -55,6 +55,7 @@ def run_layer_test(
 
     _check_config_round_trip(layer_cls, init_kwargs())
     layer = layer_cls(**init_kwargs())
+    _check_attention_sizes_distinct(layer, inputs)
     model = _functional_model(layer, inputs, call_kwargs)
     symbolic_output = model.outputs[0]
     assert tuple(symbolic_output.shape) == (None,) + expected_output_shape[1:]
@@ -73,6 +74,24 @@ def run_layer_test(
         )
     if trainable:
         _check_fit_step(model, inputs, eager)
+
+
+def _check_attention_sizes_distinct(layer, inputs):
+    """An attention layer is tested with batch, heads, head size, every
+    query and key axis and the feature sizes all different, so that one axis
+    mixed up with another cannot pass."""
+    if not isinstance(layer, keras.layers.MultiHeadAttention):
+        return
+    query = inputs["query"]
+    value = inputs.get("value", query)
+    sizes = {"batch": query.shape[0], "num_heads": layer.num_heads, "key_dim": layer.key_dim}
+    sizes.update({f"query axis {axis}": size for axis, size in enumerate(query.shape[1:-1], 1)})
+    sizes["query features"] = query.shape[-1]
+    if value is not query:
+        if value.shape[1:-1] != query.shape[1:-1]:
+            sizes.update({f"key axis {axis}": n for axis, n in enumerate(value.shape[1:-1], 1)})
+        sizes["value features"] = value.shape[-1]
+    assert len(set(sizes.values())) == len(sizes), f"attention test sizes must differ: {sizes}"
 
 
 def _constant(kwargs):

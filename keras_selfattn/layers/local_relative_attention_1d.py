@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_selfattn.compat import set_keras_mask
+from keras_selfattn.compat import get_keras_mask, set_keras_mask
 from keras_selfattn.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
     _dot_rows,
@@ -147,6 +147,9 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             return super()._attend(call)
         query, value, key = call.query, call.value, call.key
         query_mask, value_mask, key_mask = call.query_mask, call.value_mask, call.key_mask
+        if query_mask is None:
+            # Keras fills `query_mask` itself only when several tensors are passed.
+            query_mask = get_keras_mask(query)
         _check_full_pass_arguments(
             call.attention_mask, call.attention_bias, call.return_attention_scores
         )

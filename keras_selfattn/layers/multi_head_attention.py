@@ -117,6 +117,12 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
+        if tuple(value_shape)[1:-1] != tuple(key_shape)[1:-1]:
+            raise ValueError(
+                "All dimensions of `value` and `key`, except the last one, must be "
+                f"equal. Received: value.shape={tuple(value_shape)}, "
+                f"key.shape={tuple(key_shape)}"
+            )
         for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
             if len(shape) < 3:
                 raise ValueError(
@@ -156,6 +162,11 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         """The layer's computation for one `AttentionCall`; the layers that
         attend another way (blocks, windows) override it."""
         use_causal_mask = self._resolve_use_causal_mask(call.use_causal_mask)
+        if self.flash_attention and call.return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash attention is "
+                "enabled. Please disable flash attention to access attention scores."
+            )
         query, value, key, cache = call.query, call.value, call.key, call.cache
         query_mask, value_mask = call.query_mask, call.value_mask
         if query_mask is None:
@@ -370,7 +381,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             return
         logits_shape = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
         if attention_mask is not None:
-            _check_broadcastable("attention_mask", attention_mask.shape, logits_shape, (2, 3, 4))
+            _check_mask_broadcastable(attention_mask.shape, logits_shape)
         if attention_bias is not None:
             _check_broadcastable("attention_bias", attention_bias.shape, logits_shape, (1, 2, 3, 4))
 
@@ -468,18 +479,33 @@ def _self_attention_key_mask(query_mask, value_mask, cache):
     return query_mask
 
 
-def _check_broadcastable(name, shape, target, ranks):
+def _check_mask_broadcastable(shape, target):
+    """`ValueError` unless an `attention_mask` of `shape` broadcasts to
+    `target` `[batch, heads, query, key]` the way Keras reads it: rank 2 is
+    `[query, key]`, rank 3 `[batch, query, key]` (the head axis inserted)."""
+    shape = tuple(shape)
+    with_heads = {2: (1, 1) + shape, 3: shape[:1] + (1,) + shape[1:]}.get(len(shape), shape)
+    _check_broadcastable(
+        "attention_mask", with_heads, target, (4,), received=shape,
+        layouts="`[query, key]`, `[batch, query, key]` or `[batch, heads, query, key]`",
+    )
+
+
+def _check_broadcastable(name, shape, target, ranks, received=None, layouts=None):
     """`ValueError` unless a tensor of `shape` broadcasts to `target`
-    `[batch, heads, query, key]` (sizes not known yet pass)."""
+    `[batch, heads, query, key]` (sizes not known yet pass); `received` is
+    the shape as the caller passed it, `layouts` the forms it may take."""
     aligned = tuple(shape)
     fits = len(aligned) in ranks and all(
         size in (None, 1) or want is None or size == want
         for size, want in zip(reversed(aligned), reversed(target))
     )
     if not fits:
+        layouts = layouts or f"rank {' or '.join(map(str, ranks))}"
+        received = aligned if received is None else received
         raise ValueError(
             f"`{name}` must broadcast to `[batch, heads, query, key]` = {target} "
-            f"(rank {' or '.join(map(str, ranks))}). Received: {name}.shape={aligned}"
+            f"({layouts}). Received: {name}.shape={received}"
         )
 
 

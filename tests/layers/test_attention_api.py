@@ -25,7 +25,9 @@ from keras_selfattn.layers import (
 )
 from keras_selfattn.layers.attention_call import AttentionCall
 
-HEADS, KEY_DIM, WIDTH, LENGTH = 2, 4, 8, 7
+# Distinct primes: a batch axis mixed up with the heads, or a query axis with
+# the keys, cannot pass.
+BATCH, HEADS, KEY_DIM, LENGTH, KEY_LENGTH, WIDTH = 2, 3, 5, 7, 13, 11
 
 
 def numpy(x):
@@ -65,7 +67,7 @@ def make(name):
     return factory(), causal_by_default
 
 
-def sequence(seed=0, batch=2, length=LENGTH):
+def sequence(seed=0, batch=BATCH, length=LENGTH):
     return np.random.default_rng(seed).normal(size=(batch, length, WIDTH)).astype("float32")
 
 
@@ -115,6 +117,52 @@ def test_keras_padding_mask_hides_padded_positions(name):
 
 
 @sequence_layers
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_positions_never_reach_real_ones(name, side):
+    """Whatever the padded positions hold, the real positions' outputs stay."""
+    layer, causal_by_default = make(name)
+    embedding = keras.layers.Embedding(10, WIDTH, mask_zero=True)
+    tokens = keras.Input((None,), dtype="int32")
+    model = keras.Model(tokens, layer(embedding(tokens)))
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 8, 2, 8, 1]], "int32")
+    real = np.ones_like(ids, bool)
+    real[0, :3] = False if side == "left" else real[0, :3]
+    real[0, -3:] = False if side == "right" else real[0, -3:]
+    ids = np.where(real, ids, 0)
+    before = numpy(model(ids))
+    table = embedding.embeddings
+    table.assign(ops.concatenate([ops.ones((1, WIDTH)) * 5.0, table[1:]], axis=0))
+    after = numpy(model(ids))
+    np.testing.assert_allclose(after[real], before[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["multi_head", "relative_skew", "relative_shaw"])
+@pytest.mark.parametrize("use_causal_mask", [False, True])
+def test_attention_mask_layouts_as_in_keras(name, use_causal_mask):
+    """`[query, key]`, `[batch, query, key]` and `[batch, heads, query, key]`
+    masks read as Keras reads them (the head axis inserted second)."""
+    layer, _ = make(name)
+    query = sequence()
+    value = None if use_causal_mask else sequence(seed=1, length=KEY_LENGTH)
+    key_length = LENGTH if value is None else KEY_LENGTH
+    mask = np.random.default_rng(2).random((BATCH, LENGTH, key_length)) > 0.4
+
+    def attend(attention_mask):
+        return numpy(layer(query, value, attention_mask=attention_mask,
+                           use_causal_mask=use_causal_mask))
+
+    batch_major = attend(mask)
+    np.testing.assert_allclose(batch_major, attend(mask[:, None]), atol=1e-6)
+    np.testing.assert_allclose(
+        batch_major, attend(np.repeat(mask[:, None], HEADS, axis=1)), atol=1e-6
+    )
+    assert not np.allclose(batch_major, attend(None), atol=1e-4)
+    np.testing.assert_allclose(attend(mask[0]), attend(mask[:1].repeat(BATCH, 0)), atol=1e-6)
+    with pytest.raises(ValueError, match="`attention_mask` must broadcast to"):
+        attend(mask[:, :, :-1])
+
+
+@sequence_layers
 def test_attention_scores_are_returned_or_refused_by_name(name):
     layer, _ = make(name)
     x = sequence()
@@ -124,7 +172,7 @@ def test_attention_scores_are_returned_or_refused_by_name(name):
         assert "return_attention_scores" in str(error)
         return
     scores = numpy(scores)
-    assert scores.shape == (2, HEADS, LENGTH, LENGTH)
+    assert scores.shape == (BATCH, HEADS, LENGTH, LENGTH)
     np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(numpy(output), numpy(layer(x)), atol=1e-6)
 
@@ -134,7 +182,7 @@ def test_cached_loop_equals_causal_pass(name):
     layer, _ = make(name)
     x = sequence()
     expected = numpy(layer(x, use_causal_mask=True))
-    cache = np.zeros((2, 2, LENGTH, HEADS, KEY_DIM), "float32")
+    cache = np.zeros((BATCH, 2, LENGTH, HEADS, KEY_DIM), "float32")
     for t in range(LENGTH):
         step, cache = layer(
             x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True

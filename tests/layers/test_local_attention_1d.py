@@ -8,11 +8,12 @@ from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from tests.layer_testing import jit, run_layer_test
 from tests.references import backend_gradients
 
-HEADS, KEY_DIM, FEATURES = 2, 4, 8
+# Distinct primes (batch 2): no axis can pass for another.
+HEADS, KEY_DIM, FEATURES = 3, 5, 11
 
 
-def inputs(length, batch=2, seed=0):
-    return np.random.default_rng(seed).normal(size=(batch, length, FEATURES)).astype("float32")
+def inputs(length, batch=2, seed=0, features=FEATURES):
+    return np.random.default_rng(seed).normal(size=(batch, length, features)).astype("float32")
 
 
 def local_mask(length, block_length, filter_width, masked):
@@ -224,7 +225,7 @@ def test_layer_helper_masked_with_value(tmp_path):
     run_layer_test(
         LocalAttention1D,
         dict(num_heads=HEADS, key_dim=KEY_DIM, block_length=3),
-        {"query": inputs(7), "value": inputs(7, seed=1)},
+        {"query": inputs(7), "value": inputs(7, seed=1, features=13)},
         tmp_path,
         call_kwargs={"use_causal_mask": True},
     )
@@ -239,11 +240,11 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
             block_length=4,
             filter_width=2,
             dropout=0.1,
-            output_shape=5,
+            output_shape=7,
         ),
-        {"query": inputs(9)},
+        {"query": inputs(13)},
         tmp_path,
-        expected_output_shape=(2, 9, 5),
+        expected_output_shape=(2, 13, 7),
     )
 
 
@@ -289,7 +290,7 @@ def test_bad_call_arguments():
         layer(inputs(6), inputs(5))
     with pytest.raises(ValueError, match="`use_causal_mask` must be True or False"):
         layer(inputs(6), use_causal_mask="yes")
-    with pytest.raises(ValueError, match="`query`.*8 features"):
+    with pytest.raises(ValueError, match=f"`query`.*{FEATURES} features"):
         layer(np.zeros((2, 6, 3), "float32"))
 
 

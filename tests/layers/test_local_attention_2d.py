@@ -9,7 +9,8 @@ from keras_selfattn.ops.blocking_2d import padded_grid_shape
 from tests.layer_testing import jit, run_layer_test
 from tests.references import backend_gradients
 
-HEADS, KEY_DIM, CHANNELS = 2, 4, 8
+# Distinct primes (batch 2): no axis can pass for another.
+HEADS, KEY_DIM, CHANNELS = 3, 5, 11
 
 
 def images(height, width, batch=2, seed=0, channels=CHANNELS):
@@ -201,7 +202,9 @@ def cached_loop(layer, image, step_function=None):
         )
     )
     padded = padded_grid_shape(height, width, layer.query_shape)
-    cache = np.zeros((image.shape[0], 2, padded[0] * padded[1], HEADS, KEY_DIM), "float32")
+    cache = np.zeros(
+        (image.shape[0], 2, padded[0] * padded[1], layer.num_heads, layer.key_dim), "float32"
+    )
     outputs = np.zeros(image.shape[:3] + (image.shape[-1],), "float32")
     for row, column, position in block_raster_order(height, width, layer.query_shape):
         output, cache = step_function(image[:, row : row + 1, column : column + 1], cache, position)
@@ -246,7 +249,7 @@ def test_layer_helper_masked_with_value(tmp_path):
             query_shape=(2, 3),
             memory_flange=(1, 2),
         ),
-        {"query": images(3, 5), "value": images(3, 5, seed=1)},
+        {"query": images(7, 13), "value": images(7, 13, seed=1, channels=17)},
         tmp_path,
         call_kwargs={"use_causal_mask": True},
     )
@@ -261,11 +264,11 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
             query_shape=(2, 2),
             memory_flange=(2, 1),
             dropout=0.1,
-            output_shape=3,
+            output_shape=17,
         ),
-        {"query": images(4, 4)},
+        {"query": images(7, 13)},
         tmp_path,
-        expected_output_shape=(2, 4, 4, 3),
+        expected_output_shape=(2, 7, 13, 17),
     )
 
 

@@ -98,7 +98,7 @@ def test_never_attends_to_the_future_or_outside_its_window():
 
 @pytest.mark.parametrize("values", [False, True], ids=["keys", "keys_values"])
 def test_shared_layer_checks(values, tmp_path):
-    x = inputs(2, 11)
+    x = inputs(2, 13)
     run_layer_test(
         LocalRelativeAttention1D,
         dict(num_heads=NUM_HEADS, key_dim=KEY_DIM, block_length=4, add_relative_to_values=values),

@@ -375,18 +375,18 @@ class TestBadInput:
 def test_shared_layer_checks(tmp_path):
     run_layer_test(
         MultiHeadAttention,
-        dict(num_heads=2, key_dim=4, dropout=0.1),
-        {"query": _random(2, 5, 8), "value": _random(2, 7, 6)},
+        dict(num_heads=3, key_dim=5, dropout=0.1),
+        {"query": _random(2, 7, 11), "value": _random(2, 13, 17)},
         tmp_path,
-        expected_output_shape=(2, 5, 8),
+        expected_output_shape=(2, 7, 11),
     )
 
 
 def test_shared_layer_checks_causal(tmp_path):
     run_layer_test(
         MultiHeadAttention,
-        dict(num_heads=2, key_dim=4),
-        {"query": _random(2, 5, 8), "value": _random(2, 5, 8)},
+        dict(num_heads=3, key_dim=5),
+        {"query": _random(2, 7, 11), "value": _random(2, 7, 13)},
         tmp_path,
         call_kwargs={"use_causal_mask": True},
     )

@@ -8,7 +8,8 @@ from keras_selfattn.layers.relative_multi_head_attention import (
 )
 from layer_testing import run_layer_test
 
-NUM_HEADS, KEY_DIM, WIDTH = 2, 4, 6
+# Distinct primes (batch 2): no axis can pass for another.
+NUM_HEADS, KEY_DIM, WIDTH = 3, 5, 11
 
 
 def weights_of(layer):
