@@ -17,7 +17,7 @@ TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu"]
 # for the client. The C API loader check also needs gcc.
 SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"]
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
-TEST = ["pytest", "numpy", "scikit-learn", "torch==2.13.0"] + BEAM + MUSIC + TEXT + SERVING
+TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + BEAM + MUSIC + TEXT + SERVING
 
 setup(
     name="keras-selfattn",

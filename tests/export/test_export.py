@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels for TF Serving")
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import ServingContractError, check_serving_contract, export_for_serving  # noqa: E402
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402

@@ -124,3 +124,39 @@ def test_returned_scores_are_the_gnmt_scores_of_the_translations():
 def test_beam_search_needs_tensorflow():
     with pytest.raises(ValueError, match="`beam_size` > 1 .* TensorFlow backend"):
         translate_tokens(translation_model("sinusoidal"), _source(), 4, beam_size=2)
+
+
+@pytest.mark.skipif(not ON_TENSORFLOW, reason="beam search runs on TensorFlow")
+def test_a_better_truncated_hypothesis_beats_a_one_token_eos():
+    """The documented case of `generation.beam`'s override: `[EOS]` (log 0.4,
+    score -0.92) finishes at once; `[a, a, a]` runs to `max_length` unfinished
+    with the better penalised score (log 0.6 * 0.99^2 / 1.19 = -0.45).
+    tf-models-official returns the finished one; the override the truncated."""
+    import tensorflow as tf
+    from official.nlp.modeling.ops.beam_search import SequenceBeamSearch
+
+    from keras_selfattn.generation.beam import _truncated_hypotheses_compete
+
+    eos, token = 1, 2
+    first_step = np.log([1e-9, 0.4, 0.6]).astype("float32")
+    later_steps = np.log([1e-9, 0.01, 0.99]).astype("float32")
+
+    def symbols_to_logits(ids, index, state):
+        logits = tf.where(index == 0, first_step, later_steps)
+        return tf.tile(logits[None], [tf.shape(ids)[0], 1]), state
+
+    def search(search_class):
+        beam = search_class(
+            symbols_to_logits, vocab_size=3, beam_size=2, alpha=0.6, max_decode_length=3,
+            eos_id=eos, padded_decode=False, dtype="float32",
+        )
+        state = {"unused": tf.zeros((1, 1))}
+        ids, scores = beam.search(tf.zeros((1,), "int32"), state)
+        return ids.numpy(), scores.numpy()
+
+    official_ids, _ = search(SequenceBeamSearch)
+    assert official_ids[0, 0, 1] == eos  # its best: the one-token EOS
+    ids, scores = search(_truncated_hypotheses_compete())
+    np.testing.assert_array_equal(ids[0, 1:], [token, token, token])
+    expected = np.log(0.6 * 0.99 * 0.99) / ((5.0 + 3) / 6.0) ** 0.6
+    np.testing.assert_allclose(scores[0], expected, rtol=1e-4)

@@ -15,8 +15,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
 
-pytest.importorskip("skimage")
-
 import super_resolution  # noqa: E402
 
 pytestmark = [
@@ -30,10 +28,13 @@ class UpsamplerWatch(keras.callbacks.Callback):
     begins and ends."""
 
     def on_train_begin(self, logs=None):
-        self.before = [w.numpy().copy() for w in self.model.get_layer("upsampler").weights]
+        self.before = self._weights()
 
     def on_train_end(self, logs=None):
-        self.after = [w.numpy().copy() for w in self.model.get_layer("upsampler").weights]
+        self.after = self._weights()
+
+    def _weights(self):
+        return {w.path: w.numpy().copy() for w in self.model.get_layer("upsampler").weights}
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +111,13 @@ def test_upsampler_is_fitted_first_then_frozen(short_run):
     model_dir, report, _, watch = short_run
     assert len(report["upsampler_training"]["loss"]) == 2
     assert len(report["upsampler_training"]["val_loss"]) == 2
-    # Fitted: its correction, zero when built, is not zero any more.
-    assert any(np.any(weight) for weight in watch.before)
+    # Fitted: its last convolution, zero when built, is not zero any more.
+    correction = [w for path, w in watch.before.items() if "upsampler_correction" in path]
+    assert len(correction) == 2 and all(np.any(weight) for weight in correction)
     # Frozen while the Image Transformer trains.
-    for before, after in zip(watch.before, watch.after):
-        np.testing.assert_array_equal(before, after)
+    assert watch.before.keys() == watch.after.keys()
+    for path, before in watch.before.items():
+        np.testing.assert_array_equal(before, watch.after[path], err_msg=path)
     model = keras.models.load_model(model_dir / "super_resolution.keras")
     scored = np.load(model_dir / "super_resolution_samples.npz")
     estimates = model.get_layer("upsampler").predict(scored["low_resolution"], verbose=0)

@@ -13,10 +13,10 @@ import signal
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-tf_text = pytest.importorskip("tensorflow_text")
-spm = pytest.importorskip("sentencepiece")
-predict_pb2 = pytest.importorskip("tensorflow_serving.apis.predict_pb2")
+import sentencepiece as spm  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_text as tf_text  # noqa: E402
+from tensorflow_serving.apis import predict_pb2  # noqa: E402
 
 from keras_selfattn.export.c_api_loader import (  # noqa: E402
     CApiSavedModel,

@@ -122,7 +122,8 @@ def test_batching_config_parses_and_meets_the_servers_requirements():
 
 
 def test_compose_file_runs_the_matching_server_with_the_configs_mounted():
-    yaml = pytest.importorskip("yaml")
+    import yaml
+
     compose = yaml.safe_load((SERVING_DIR / "docker-compose.yml").read_text())
     (service,) = compose["services"].values()
     assert service["image"] == "tensorflow/serving:2.20.0"
@@ -590,10 +591,10 @@ def test_translate_over_grpc_sends_a_predict_request(capsys):
 def test_music_sends_the_primer_events_and_writes_primer_and_continuation(
     fake_rest, capsys, tmp_path
 ):
-    music = pytest.importorskip(
-        "keras_selfattn.data.music", reason="keras_selfattn.data.music is not there yet"
-    )
-    note_seq = pytest.importorskip("note_seq")
+    import note_seq
+
+    from keras_selfattn.data import music
+
     sequence = note_seq.NoteSequence(ticks_per_quarter=220)
     for index, pitch in enumerate([60, 64, 67, 72]):
         sequence.notes.add(

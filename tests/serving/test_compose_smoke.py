@@ -238,7 +238,7 @@ def test_compose_serves_an_exported_model(tmp_path):
     reason = docker_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    export = pytest.importorskip("keras_selfattn.export", reason="keras_selfattn.export is missing")
+    from keras_selfattn import export
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
 

@@ -16,7 +16,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
