@@ -7,7 +7,8 @@ Keras has no public API for these, so a Keras release may rename them;
 - `keras.layers.MultiHeadAttention`'s private state, which the attention
   layers here (its subclasses) read through `MultiHeadAttentionInternals`.
 - The TensorFlow trainer's per-replica reduction and symbolic build, which
-  `keras_selfattn.distribute` replaces for multi-worker `fit`.
+  `keras_selfattn.distribute` replaces for multi-worker `fit`, the trainer's
+  strategy, and TensorFlow's test of a strategy running several workers.
 """
 
 from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
@@ -16,8 +17,11 @@ __all__ = [
     "MULTI_HEAD_ATTENTION_PRIVATE_ATTRIBUTES",
     "MultiHeadAttentionInternals",
     "get_keras_mask",
+    "in_multi_worker_mode",
     "set_keras_mask",
+    "symbolic_build",
     "tensorflow_trainer_module",
+    "trainer_distribute_strategy",
 ]
 
 # Set by `keras.layers.MultiHeadAttention.__init__` (the first five) or its
@@ -84,3 +88,18 @@ def tensorflow_trainer_module():
     from keras.src.backend.tensorflow import trainer
 
     return trainer
+
+
+def trainer_distribute_strategy(model):
+    """The `tf.distribute` strategy a TensorFlow-backend model trains under, or `None`."""
+    return model._distribute_strategy
+
+
+def symbolic_build(model, data_batch):
+    """Builds a TensorFlow-backend model's metrics and optimizer from one batch."""
+    model._symbolic_build(data_batch=data_batch)
+
+
+def in_multi_worker_mode(strategy):
+    """Whether `strategy` (a `tf.distribute` strategy) spans several workers."""
+    return strategy.extended._in_multi_worker_mode()

@@ -112,6 +112,25 @@ def test_tensorflow_trainer_has_what_multi_worker_fit_replaces():
     assert not missing, _changed(f"keras.src.backend.tensorflow.trainer has no {', '.join(missing)}")
 
 
+@pytest.mark.backends("tensorflow", reason="the TensorFlow trainer and tf.distribute")
+def test_trainer_and_strategy_internals_that_multi_worker_fit_reads():
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    try:
+        assert compat.in_multi_worker_mode(strategy) is False
+    except AttributeError as error:
+        pytest.fail(_changed(f"tf.distribute strategies' extended: {error}"))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    assert compat.trainer_distribute_strategy(model) is strategy
+    batch = (np.ones((4, 3), "float32"), np.ones((4, 2), "float32"))
+    with strategy.scope():
+        compat.symbolic_build(model, data_batch=batch)
+    assert model.optimizer.built and model.built
+
+
 def test_only_compat_imports_keras_internals():
     pattern = re.compile(r"^\s*(from|import)\s+keras\.src\b", re.MULTILINE)
     offenders = [

@@ -13,7 +13,12 @@ unaffected: the replacements fall back to Keras's own code for them.
 
 import tensorflow as tf
 
-from keras_selfattn.compat import tensorflow_trainer_module
+from keras_selfattn.compat import (
+    in_multi_worker_mode,
+    symbolic_build,
+    tensorflow_trainer_module,
+    trainer_distribute_strategy,
+)
 
 tensorflow_trainer = tensorflow_trainer_module()
 _KERAS_REDUCE_PER_REPLICA = tensorflow_trainer.reduce_per_replica
@@ -21,9 +26,9 @@ _KERAS_MAYBE_SYMBOLIC_BUILD = tensorflow_trainer.TensorFlowTrainer._maybe_symbol
 
 
 def _is_multi_worker(strategy):
-    return isinstance(
-        strategy, tf.distribute.MultiWorkerMirroredStrategy
-    ) and strategy.extended._in_multi_worker_mode()
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and in_multi_worker_mode(
+        strategy
+    )
 
 
 def _reduce_per_replica(values, strategy, reduction):
@@ -38,7 +43,7 @@ def _reduce_per_replica(values, strategy, reduction):
 
 
 def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-    strategy = self._distribute_strategy
+    strategy = trainer_distribute_strategy(self)
     if strategy is None or not _is_multi_worker(strategy) or iterator is None:
         return _KERAS_MAYBE_SYMBOLIC_BUILD(self, iterator=iterator, data_batch=data_batch)
     for _, _, batches in iterator:
@@ -51,7 +56,7 @@ def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         batch,
     )
     with strategy.scope():
-        self._symbolic_build(data_batch=local_batch)
+        symbolic_build(self, data_batch=local_batch)
 
 
 def enable_multi_worker_fit():

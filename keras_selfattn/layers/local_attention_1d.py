@@ -1,13 +1,14 @@
 """Local 1D self-attention in blocks (Image Transformer), causal or not."""
 
-import numbers
-
 import keras
 from keras import ops
 
-from keras_selfattn.compat import get_keras_mask, set_keras_mask
-from keras_selfattn.layers.attention_call import AttentionCall
-from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.argument_checks import (
+    check_input_rank,
+    check_non_negative_int,
+    check_positive_int,
+)
+from keras_selfattn.layers.local_attention_base import LocalAttentionBase
 from keras_selfattn.ops.blocking_1d import (
     block_attention,
     causal_window_mask,
@@ -17,250 +18,7 @@ from keras_selfattn.ops.blocking_1d import (
     split_blocks,
     window_validity,
 )
-from keras_selfattn.ops.masks import merge_masks
-
-
-def check_positive_int(name, value):
-    """`value` as an int; `ValueError` naming `name` unless it is an int > 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def check_non_negative_int(name, value):
-    """`value` as an int; `ValueError` naming `name` unless it is an int >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer. Received: {name}={value!r}")
-    return int(value)
-
-
-class LocalAttentionBase(MultiHeadAttention):
-    """What the local attention layers share: arguments, masks, caches, specs.
-
-    Subclasses implement `_full_attention` (blocked, over the whole input) and
-    `_cached_attention` (one step against the static cache), both on
-    projected `[batch, length, heads, dim]` tensors, and `_check_local_inputs`;
-    they get the position grid (`(height, width)` in 2D; the 1D layer needs
-    none). Causality is a call argument (`use_causal_mask`); the memory each
-    query block reads depends on it.
-    """
-
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        value_dim=None,
-        dropout=0.0,
-        use_bias=True,
-        output_shape=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        activity_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        use_gate=False,
-        seed=None,
-        flash_attention=None,
-        **kwargs,
-    ):
-        if "use_causal_mask" in kwargs:
-            raise ValueError(
-                "`use_causal_mask` is a call argument of local attention, not a "
-                "constructor argument: call the layer with `use_causal_mask=True`. "
-                f"Received: use_causal_mask={kwargs['use_causal_mask']!r} in the constructor"
-            )
-        if flash_attention is not None:
-            raise ValueError(
-                "`flash_attention` must be None: block attention runs its own blocked "
-                f"products, never a fused kernel. Received: flash_attention={flash_attention!r}"
-            )
-        super().__init__(
-            num_heads=check_positive_int("num_heads", num_heads),
-            key_dim=check_positive_int("key_dim", key_dim),
-            value_dim=None if value_dim is None else check_positive_int("value_dim", value_dim),
-            dropout=dropout,
-            use_bias=use_bias,
-            output_shape=output_shape,
-            attention_axes=None,
-            sliding_window=None,
-            kernel_initializer=kernel_initializer,
-            bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer,
-            bias_regularizer=bias_regularizer,
-            activity_regularizer=activity_regularizer,
-            kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint,
-            use_gate=use_gate,
-            seed=seed,
-            **kwargs,
-        )
-
-    def get_config(self):
-        config = super().get_config()
-        for fixed in ("attention_axes", "sliding_window", "flash_attention"):
-            config.pop(fixed, None)
-        return config
-
-    def _build_projections(self, feature_shapes):
-        """Builds the sublayers of `MultiHeadAttention` on sequence shapes."""
-        query_shape, value_shape, key_shape = ((None, None, shape[-1]) for shape in feature_shapes)
-        super().build(query_shape, value_shape, key_shape)
-
-    def _attend(self, call):
-        call = self._with_causality(call)
-        self._reject_unsupported(call)
-        query, value, key, query_mask, key_mask = self._self_attention_inputs(call)
-        self._check_call(call, query, value, key, key_mask)
-        cache, cache_update_index, training = call.cache, call.cache_update_index, call.training
-        self._check_features(query=query, value=value, key=key)
-        query_sequence = self._to_sequence(query)
-        key_sequence, value_sequence = self._to_sequence(key), self._to_sequence(value)
-
-        gate = None if self.gate_dense is None else self.gate_dense(query_sequence)
-        projected_query = self.query_dense(query_sequence)
-        if cache is None:
-            output = self._full_attention(
-                projected_query,
-                self.key_dense(key_sequence),
-                self.value_dense(value_sequence),
-                query_mask=query_mask,
-                key_mask=key_mask,
-                grid_shape=tuple(query.shape[1:-1]),
-                causal=call.use_causal_mask,
-                training=training,
-            )
-        else:
-            self._check_cache(cache, projected_query, cache_update_index)
-            key_cache, value_cache, cache = self._read_and_update_cache(
-                cache, key_sequence, value_sequence, cache_update_index
-            )
-            output = self._cached_attention(
-                projected_query,
-                key_cache,
-                value_cache,
-                ops.cast(cache_update_index, "int32"),
-                query_mask=query_mask,
-                training=training,
-            )
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = self.output_dense(output)
-        output = ops.reshape(output, [-1] + list(ops.shape(query)[1:-1]) + list(output.shape[2:]))
-        if query_mask is not None:
-            set_keras_mask(output, query_mask)
-        return output if cache is None else (output, cache)
-
-    def _with_causality(self, call):
-        """The call with `use_causal_mask=None` read as False."""
-        return call.replace(use_causal_mask=False) if call.use_causal_mask is None else call
-
-    def _self_attention_inputs(self, call):
-        """`(query, value, key, query_mask, key_mask)`: `value` defaulting to
-        `query`, and the padding masks.
-
-        Without a `value`, the query's padding mask masks the keys too, except
-        in a cached step, whose keys are read from the cache.
-        """
-        query, value, query_mask, value_mask = call.query, call.value, call.query_mask, call.value_mask
-        if value is None:
-            value = query
-            if query_mask is None:
-                query_mask = get_keras_mask(query)
-            if value_mask is None and call.cache is None:
-                value_mask = query_mask
-        key, key_mask = self._key_and_key_mask(query, value, call.key, value_mask, call.key_mask)
-        return query, value, key, query_mask, key_mask
-
-    def _to_sequence(self, x):
-        """Inputs as `[batch, positions, features]` for the projections."""
-        return x
-
-    def _reject_unsupported(self, call):
-        """`ValueError` naming a call argument that block attention cannot honour."""
-        given = {
-            "attention_mask": call.attention_mask,
-            "attention_bias": call.attention_bias,
-            "return_attention_scores": call.return_attention_scores or None,
-        }
-        for name, argument in given.items():
-            if argument is None:
-                continue
-            if name == "return_attention_scores":
-                received = f"{name}={argument!r}"
-            else:
-                received = f"{name} of shape {tuple(argument.shape)}"
-            raise ValueError(
-                f"`{name}` is not supported by {type(self).__name__}: block attention "
-                "forms no `[query, key]` logits. Pass padding as `query_mask` / "
-                f"`value_mask` and causality as `use_causal_mask`. Received: {received}"
-            )
-
-    def _check_call(self, call, query, value, key, key_mask):
-        """`ValueError` for a call the layer cannot run, before any work."""
-        cache, cache_update_index, use_causal_mask = (
-            call.cache, call.cache_update_index, call.use_causal_mask
-        )
-        if not isinstance(use_causal_mask, bool):
-            raise ValueError(
-                "`use_causal_mask` must be True or False. "
-                f"Received: use_causal_mask={use_causal_mask!r}"
-            )
-        self._check_local_inputs(query, value, key, cache)
-        if cache is None:
-            if cache_update_index is not None:
-                raise ValueError(
-                    "`cache_update_index` needs a `cache`. "
-                    f"Received: cache_update_index={cache_update_index!r} and cache=None"
-                )
-            return
-        if not use_causal_mask:
-            raise ValueError(
-                "A `cache` needs `use_causal_mask=True`: local attention without "
-                "the causal mask reads future positions and cannot be decoded step by step."
-            )
-        if cache_update_index is None:
-            raise ValueError(
-                "A `cache` needs `cache_update_index`, the generation position of the step."
-            )
-        if key_mask is not None:
-            raise ValueError(
-                "With a `cache`, `value_mask` and `key_mask` are not supported: "
-                "keys are read from the cache. Generate only real positions."
-            )
-
-    def _attend_step(self, query, keys, values, mask, training):
-        """A cached step's queries attending to the keys gathered for them.
-
-        The step is one query block and the gathered positions its memory:
-        `query` `[batch, steps, heads, dim]`, `keys` and `values`
-        `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`.
-        """
-        query, keys, values = (_heads_first(x)[:, :, None] for x in (query, keys, values))
-        output = block_attention(
-            query,
-            keys,
-            values,
-            mask=ops.expand_dims(mask, 1),  # [batch or 1, blocks = 1, steps, memory]
-            scale=self.logit_scale,
-            dropout=self._attention_dropout(training),
-        )
-        return _heads_first(output[:, :, 0])
-
-    def compute_output_spec(self, *args, **kwargs):
-        call = self._with_causality(AttentionCall(*args, **kwargs))
-        self._reject_unsupported(call)
-        query, value, key, _, key_mask = self._self_attention_inputs(call)
-        self._check_call(call, query, value, key, key_mask)
-        cache = call.cache
-        features = self.output_features or (query.shape[-1],)
-        output = keras.KerasTensor(
-            tuple(query.shape[:-1]) + tuple(features), dtype=self.compute_dtype
-        )
-        if cache is None:
-            return output
-        return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+from keras_selfattn.ops.relation_tables import heads_first
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -399,7 +157,7 @@ class LocalAttention1D(LocalAttentionBase):
         block_length = self.block_length
         left, right = self._window(causal)
         length = ops.shape(query)[1]
-        query, key, value = (_heads_first(x) for x in (query, key, value))
+        query, key, value = (heads_first(x) for x in (query, key, value))
         query_blocks = split_blocks(
             pad_to_blocks(query, block_length, axis=2), block_length, axis=2
         )
@@ -451,12 +209,7 @@ class LocalAttention1D(LocalAttentionBase):
         )[None]  # [1, steps, window]
         if query_mask is not None:
             mask = ops.logical_and(mask, ops.cast(query_mask, "bool")[:, :, None])
-        return self._attend_step(query, keys, values, mask, training)
-
-
-def _heads_first(x):
-    """`[batch, length, heads, dim]` -> `[batch, heads, length, dim]`."""
-    return ops.transpose(x, (0, 2, 1, 3))
+        return self._step_attention(query, keys, values, mask, training)
 
 
 def _slice_positions(cache, start, length):
@@ -464,15 +217,3 @@ def _slice_positions(cache, start, length):
     shape = list(ops.shape(cache))
     shape[1] = length
     return ops.slice(cache, [0, start] + [0] * (len(shape) - 2), shape)
-
-
-def check_input_rank(name, shape, rank, layout):
-    """`ValueError` naming `name` unless `shape` has `rank` and a known last dim."""
-    if len(shape) != rank:
-        raise ValueError(
-            f"`{name}` must have rank {rank}, {layout}. Received: {name}.shape={tuple(shape)}"
-        )
-    if shape[-1] is None:
-        raise ValueError(
-            f"The last dimension of `{name}` must be defined. Received: {name}.shape={tuple(shape)}"
-        )

@@ -3,12 +3,12 @@
 import keras
 from keras import ops
 
-from keras_selfattn.layers.local_attention_1d import (
-    LocalAttentionBase,
+from keras_selfattn.layers.argument_checks import (
     check_input_rank,
     check_non_negative_int,
     check_positive_int,
 )
+from keras_selfattn.layers.local_attention_base import LocalAttentionBase
 from keras_selfattn.ops.blocking_1d import block_attention
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
@@ -298,7 +298,7 @@ class LocalAttention2D(LocalAttentionBase):
         mask = ops.logical_and(inside, causal)[None, None, :]  # [1, query, memory]
         if query_mask is not None:
             mask = ops.logical_and(mask, ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1]))
-        return self._attend_step(query, keys, values, mask, training)
+        return self._step_attention(query, keys, values, mask, training)
 
 
 def _unfold_heads(blocks, heads):

@@ -3,14 +3,9 @@
 import keras
 from keras import ops
 
-from keras_selfattn.compat import get_keras_mask, set_keras_mask
-from keras_selfattn.layers.relative_multi_head_attention import (
-    RelativeMultiHeadAttention,
-    _dot_rows,
-    _heads_first,
-    _positive_int,
-    _weigh_rows,
-)
+from keras_selfattn.compat import set_keras_mask
+from keras_selfattn.layers.argument_checks import check_positive_int
+from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.ops.blocking_1d import (
     causal_window_mask,
     memory_windows,
@@ -19,6 +14,7 @@ from keras_selfattn.ops.blocking_1d import (
     window_relative_positions,
 )
 from keras_selfattn.ops.masks import merge_masks
+from keras_selfattn.ops.relation_tables import dot_table_rows, heads_first, weigh_table_rows
 from keras_selfattn.ops.relative import (
     local_relative_logits,
     local_relative_weights,
@@ -116,7 +112,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         relative_embeddings_initializer=None,
         **kwargs,
     ):
-        block_length = _positive_int("block_length", block_length)
+        block_length = check_positive_int("block_length", block_length)
         if max_relative_position is None:
             max_relative_position = 2 * block_length
         super().__init__(
@@ -145,19 +141,12 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         self._resolve_use_causal_mask(call.use_causal_mask)
         if call.cache is not None or call.cache_update_index is not None:
             return super()._attend(call)
-        query, value, key = call.query, call.value, call.key
-        query_mask, value_mask, key_mask = call.query_mask, call.value_mask, call.key_mask
-        if query_mask is None:
-            # Keras fills `query_mask` itself only when several tensors are passed.
-            query_mask = get_keras_mask(query)
         _check_full_pass_arguments(
             call.attention_mask, call.attention_bias, call.return_attention_scores
         )
-        if value is None:
-            value = query
-            value_mask = query_mask if value_mask is None else value_mask
-        self._check_inputs(query, value, value if key is None else key)
-        key, key_mask = self._key_and_key_mask(query, value, key, value_mask, key_mask)
+        query, value, query_mask, value_mask = self._call_inputs(call)
+        self._check_inputs(query, value, value if call.key is None else call.key)
+        key, key_mask = self._key_and_key_mask(query, value, call.key, value_mask, call.key_mask)
         _check_one_length(query, key, value)
         gate = self.gate_dense(query) if self.use_gate else None
         output = self._local_attention(
@@ -180,13 +169,13 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         block = self.block_length
         length = ops.shape(query)[1]
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
-        query, key, value = (_heads_first(x) for x in (query, key, value))
+        query, key, value = (heads_first(x) for x in (query, key, value))
         query_blocks = split_blocks(pad_to_blocks(query, block, axis=2), block, axis=2)
         key_windows = _previous_and_own_block(key, block, axis=2)  # [b, h, n, 2 block, d]
         value_windows = _previous_and_own_block(value, block, axis=2)
 
         key_rows = self._window_rows(self.relative_key_embeddings, query.dtype)
-        relative = local_relative_logits(ops.cast(_dot_rows(query_blocks, key_rows), "float32"))
+        relative = local_relative_logits(ops.cast(dot_table_rows(query_blocks, key_rows), "float32"))
         mask = self._local_mask(query_mask, key_mask, length)
         value_table = self.relative_value_embeddings
         output, _, weights = self._attention_core(
@@ -195,11 +184,11 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         )
         if value_table is not None:
             value_rows = self._window_rows(value_table, weights.dtype)
-            output = output + _weigh_rows(local_relative_weights(weights), value_rows)
+            output = output + weigh_table_rows(local_relative_weights(weights), value_rows)
         shape = ops.shape(output)  # [b, h, blocks, block, d]
         output = ops.reshape(output, (shape[0], shape[1], -1, shape[4]))
         output = ops.slice(output, (0, 0, 0, 0), (shape[0], shape[1], length, shape[4]))
-        return _heads_first(output)
+        return heads_first(output)
 
     def _window_rows(self, table, dtype):
         """Table rows for the window's distances `-(2 block - 1) .. 0`."""

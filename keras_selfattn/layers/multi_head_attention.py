@@ -158,6 +158,17 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             use_causal_mask,
         ))
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        forms_own_logits = any(base.__dict__.get("_forms_own_logits") for base in cls.__mro__[1:])
+        if forms_own_logits and "_compute_attention" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides `_compute_attention`, which "
+                f"{cls.__bases__[0].__name__} never calls: it forms its logits itself "
+                "(relative terms or blocks). Override "
+                "`_compute_attention_with_context(query, key, value, call)` instead."
+            )
+
     def _attend(self, call):
         """The layer's computation for one `AttentionCall`; the layers that
         attend another way (blocks, windows) override it."""
@@ -167,13 +178,13 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 "Returning attention scores is not supported when flash attention is "
                 "enabled. Please disable flash attention to access attention scores."
             )
-        query, value, key, cache = call.query, call.value, call.key, call.cache
-        query_mask, value_mask = call.query_mask, call.value_mask
-        if query_mask is None:
-            # Keras fills `query_mask` itself only when several tensors are passed.
-            query_mask = get_keras_mask(query)
-        if value is None:
-            value, value_mask = query, _self_attention_key_mask(query_mask, value_mask, cache)
+        if call.cache is None and call.cache_update_index is not None:
+            raise ValueError(
+                "`cache_update_index` needs a `cache`. Received: "
+                f"cache_update_index={call.cache_update_index!r} and cache=None"
+            )
+        key, cache = call.key, call.cache
+        query, value, query_mask, value_mask = self._call_inputs(call)
         self._check_inputs(
             query, value, value if key is None else key, call.attention_mask, call.attention_bias
         )
@@ -226,10 +237,29 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         return results[0] if len(results) == 1 else results
 
     def _resolve_use_causal_mask(self, use_causal_mask):
-        """The call's `use_causal_mask` as a bool (`None`: False); subclasses
-        whose weights fix causality give their default for `None` and reject
-        the other."""
+        """The call's `use_causal_mask` as a bool (`None`: False), the one
+        place causality is decided; subclasses whose weights fix causality
+        give their default for `None` and reject the other."""
         return bool(use_causal_mask)
+
+    def _call_inputs(self, call):
+        """`(query, value, query_mask, value_mask)`: `value` defaulting to
+        `query`, and the padding masks.
+
+        Keras fills `query_mask` from the query's Keras mask only when several
+        tensors are passed, so it is read here otherwise. Without a `value`
+        the query's padding masks the keys too, except in a cached step,
+        whose keys come from the cache.
+        """
+        query, value = call.query, call.value
+        query_mask, value_mask = call.query_mask, call.value_mask
+        if query_mask is None:
+            query_mask = get_keras_mask(query)
+        if value is None:
+            value = query
+            if value_mask is None and call.cache is None:
+                value_mask = query_mask
+        return query, value, query_mask, value_mask
 
     def _compute_attention_with_context(self, query, key, value, call):
         """Attention over projected `[batch, length, heads, dim]` tensors.
@@ -469,14 +499,6 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
         return results[0] if len(results) == 1 else results
-
-
-def _self_attention_key_mask(query_mask, value_mask, cache):
-    """Without a `value`, the query's padding masks the keys too, except in a
-    cached step, whose keys are read from the cache."""
-    if value_mask is not None or cache is not None:
-        return value_mask
-    return query_mask
 
 
 def _check_mask_broadcastable(shape, target):

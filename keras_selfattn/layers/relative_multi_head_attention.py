@@ -1,10 +1,9 @@
 """Multi-head attention with learned relative-position terms."""
 
-import numbers
-
 import keras
 from keras import ops
 
+from keras_selfattn.layers.argument_checks import check_optional_bool, check_positive_int
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relative import (
@@ -21,6 +20,12 @@ from keras_selfattn.ops.relative import (
     sum_weights_by_distance,
     unskew,
     unskew_causal_square,
+)
+from keras_selfattn.ops.relation_tables import (
+    broadcast_table,
+    dot_table_rows,
+    heads_first,
+    weigh_table_rows,
 )
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
@@ -143,6 +148,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         - [Huang et al., 2019 (Music Transformer)](https://arxiv.org/abs/1809.04281)
     """
 
+    _forms_own_logits = True
+
     def __init__(
         self,
         num_heads,
@@ -162,12 +169,12 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 f"`relative_type` must be one of {RELATIVE_TYPES}. "
                 f"Received: relative_type={relative_type!r}"
             )
-        self.max_relative_position = _positive_int("max_relative_position", max_relative_position)
+        self.max_relative_position = check_positive_int("max_relative_position", max_relative_position)
         self.relative_type = relative_type
-        self.heads_share_relative_embedding = _optional_bool(
+        self.heads_share_relative_embedding = check_optional_bool(
             "heads_share_relative_embedding", heads_share_relative_embedding
         )
-        self.add_relative_to_values = _optional_bool(
+        self.add_relative_to_values = check_optional_bool(
             "add_relative_to_values", add_relative_to_values
         )
         if not isinstance(causal_table, bool):
@@ -261,27 +268,27 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         """
         # Scaling the query scales content and relative logits together.
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
-        query, key, value = (_heads_first(x) for x in (query, key, value))
+        query, key, value = (heads_first(x) for x in (query, key, value))
         common = (
             call.attention_mask, call.attention_bias, call.training, call.return_attention_scores
         )
         if call.cache_update_index is not None:
-            output, scores = self._attend_by_pairs(
+            output, scores = self._pairwise_pass(
                 query, key, value, *common, call.cache_update_index, call.use_causal_mask
             )
         elif call.use_causal_mask:
-            output, scores = self._attend_causal(query, key, value, *common)
+            output, scores = self._causal_pass(query, key, value, *common)
         else:
-            output, scores = self._attend_both_ways(query, key, value, *common)
-        return _heads_first(output), scores
+            output, scores = self._bidirectional_pass(query, key, value, *common)
+        return heads_first(output), scores
 
-    def _attend_causal(self, query, key, value, mask, bias, training, return_scores):
+    def _causal_pass(self, query, key, value, mask, bias, training, return_scores):
         """A full causal pass: the skew (`causal_relative_logits`) and the
         value rows in the attention core keep every tensor within
         `[query, key]`."""
         length, key_length = ops.shape(query)[2], ops.shape(key)[2]
         count, key_rows, _ = self._causal_rows(self.relative_key_embeddings, length)
-        key_rows = _broadcast_table(ops.cast(key_rows, query.dtype), len(query.shape))
+        key_rows = broadcast_table(ops.cast(key_rows, query.dtype), len(query.shape))
         relative = causal_relative_logits(query, key_rows, key_length)
         if bias is not None:
             relative = relative + ops.cast(bias, "float32")
@@ -293,16 +300,16 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             )
             value_rows = ops.cast(value_rows, value.dtype)
             if value_base is not None:  # Every key's weight also goes to the base row.
-                value = value + _broadcast_table(ops.cast(value_base, value.dtype), len(value.shape))
+                value = value + broadcast_table(ops.cast(value_base, value.dtype), len(value.shape))
         if not return_scores:
-            core_rows = None if value_rows is None else _broadcast_table(value_rows, len(value.shape))
+            core_rows = None if value_rows is None else broadcast_table(value_rows, len(value.shape))
             dropout = self._attention_dropout(training)
             return softmax_attention(query, key, value, relative, mask, dropout, core_rows), None
         output, scores, weights = self._attention_core(
             query, key, value, relative, mask, training, True, value_rows is not None
         )
         if value_rows is not None:
-            output = output + _weigh_rows(unskew_causal_square(weights, count), value_rows)
+            output = output + weigh_table_rows(unskew_causal_square(weights, count), value_rows)
         return output, scores
 
     def _causal_rows(self, table, length, count=None):
@@ -324,13 +331,13 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         base = table[..., :1, :]
         return count, shaw_table_window(table, 1 - count, count, m) - base, base
 
-    def _attend_both_ways(self, query, key, value, mask, bias, training, return_scores):
+    def _bidirectional_pass(self, query, key, value, mask, bias, training, return_scores):
         """A full pass without the causal mask: the skew of every distance
         `-(Lq - 1) .. Lk - 1`."""
         query_length, key_length = ops.shape(query)[2], ops.shape(key)[2]
         count = query_length + key_length - 1
         key_rows = self._table_window(self.relative_key_embeddings, query_length, count)
-        dots = ops.cast(_dot_rows(query, ops.cast(key_rows, query.dtype)), "float32")
+        dots = ops.cast(dot_table_rows(query, ops.cast(key_rows, query.dtype)), "float32")
         relative = skew(dots, key_length)
         if bias is not None:
             relative = relative + ops.cast(bias, "float32")
@@ -340,7 +347,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         )
         if value_table is not None:
             value_rows = self._table_window(value_table, query_length, count)
-            output = output + _weigh_rows(unskew(weights), ops.cast(value_rows, weights.dtype))
+            output = output + weigh_table_rows(unskew(weights), ops.cast(value_rows, weights.dtype))
         return output, scores
 
     def _table_window(self, table, query_length, count):
@@ -349,7 +356,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         window = relative_table_window if not self._is_shaw else shaw_table_window
         return window(table, 1 - query_length, count, self.max_relative_position)
 
-    def _attend_by_pairs(
+    def _pairwise_pass(
         self, query, key, value, mask, bias, training, return_scores, cache_update_index,
         use_causal_mask,
     ):
@@ -361,7 +368,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             mask = merge_masks(mask, causal[None, None])
         distances = relative_distances(query_length, key_length, cache_update_index)
         dots = ops.cast(
-            _dot_rows(query, ops.cast(self.relative_key_embeddings, query.dtype)), "float32"
+            dot_table_rows(query, ops.cast(self.relative_key_embeddings, query.dtype)), "float32"
         )
         if self._is_shaw:
             rows = ops.minimum(
@@ -387,7 +394,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_update_index, "int32")
             # Differences of cumulative sums: kept in float32 under mixed precision.
             by_row = sum_weights_by_distance(ops.cast(weights, "float32"), positions, low, high)
-            output = output + _weigh_rows(
+            output = output + weigh_table_rows(
                 ops.cast(by_row, weights.dtype), ops.cast(value_table, weights.dtype)
             )
         return output, scores
@@ -435,42 +442,3 @@ def _check_constructor_kwargs(layer_name, kwargs):
             "time with `use_causal_mask`, and pass `causal_table=True` for tables "
             f"that hold only distances <= 0. Received: causal={kwargs['causal']!r}"
         )
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
-    return int(value)
-
-
-def _optional_bool(name, value):
-    if value is not None and not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be None, True or False. Received: {name}={value!r}")
-    return value
-
-
-def _heads_first(x):
-    """`[batch, length, heads, dim]` <-> `[batch, heads, length, dim]`."""
-    return ops.transpose(x, (0, 2, 1, 3))
-
-
-def _dot_rows(query, table):
-    """`query [b, h, ..., l, d]` dotted with table rows `[(h,) rows, d]`:
-    `[b, h, ..., l, rows]` (a batched matmul: no transposes of the result)."""
-    return ops.matmul(query, ops.swapaxes(_broadcast_table(table, len(query.shape)), -1, -2))
-
-
-def _weigh_rows(weights_by_row, table):
-    """`weights_by_row [b, h, ..., l, rows]` times table rows `[(h,) rows, d]`:
-    `[b, h, ..., l, d]`."""
-    return ops.matmul(weights_by_row, _broadcast_table(table, len(weights_by_row.shape)))
-
-
-def _broadcast_table(table, rank):
-    """A per-head table `[h, rows, d]` aligned with `[b, h, ..., rows, d]`."""
-    if len(table.shape) == 2:
-        return table
-    table = table[None]
-    for _ in range(rank - 4):
-        table = ops.expand_dims(table, 2)
-    return table

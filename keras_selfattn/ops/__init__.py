@@ -45,6 +45,12 @@ from keras_selfattn.ops.masks import (
     padding_attention_mask,
     sequence_mask,
 )
+from keras_selfattn.ops.relation_tables import (
+    broadcast_table,
+    dot_table_rows,
+    heads_first,
+    weigh_table_rows,
+)
 from keras_selfattn.ops.relative import (
     causal_relative_logits,
     gather_relative_logits,

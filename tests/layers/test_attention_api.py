@@ -233,6 +233,19 @@ class TestLocalAttention2D:
         np.testing.assert_allclose(cached_image_loop(layer, image), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "base", [RelativeMultiHeadAttention, LocalRelativeAttention1D, LocalAttention1D, LocalAttention2D]
+)
+def test_a_compute_attention_override_is_refused_by_name(base):
+    """Keras's hook is honoured by `MultiHeadAttention` (Keras's own suite
+    tests that); a layer that never calls it refuses a subclass that
+    overrides it, instead of ignoring the override."""
+    with pytest.raises(TypeError, match=f"overrides `_compute_attention`, which {base.__name__}"):
+        type("Custom", (base,), {"_compute_attention": lambda self, *args, **kwargs: None})
+    subclass = type("Custom", (base,), {"_compute_attention_with_context": base._compute_attention_with_context})
+    assert issubclass(subclass, base)
+
+
 def test_attention_call_binds_arguments_as_the_call_does():
     parameters = list(inspect.signature(MultiHeadAttention.call).parameters.values())[1:]
     fields = dataclasses.fields(AttentionCall)

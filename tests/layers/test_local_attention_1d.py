@@ -269,6 +269,8 @@ def test_config_round_trip_keeps_local_arguments():
         (dict(block_length=4, use_causal_mask=True), "use_causal_mask"),
         (dict(block_length=4, flash_attention=True), "flash_attention"),
         (dict(block_length=4, flash_attention=False), "flash_attention"),
+        (dict(block_length=4, sliding_window=2), "sliding_window"),
+        (dict(block_length=4, attention_axes=(1,)), "attention_axes"),
         (dict(block_length=4, num_heads=True), "num_heads"),
         (dict(block_length=4, key_dim=0), "key_dim"),
         (dict(block_length=4, value_dim=False), "value_dim"),

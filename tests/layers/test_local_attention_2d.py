@@ -294,6 +294,8 @@ def test_config_round_trip_keeps_local_arguments():
         (dict(query_shape=(2, 2), memory_flange=(False, 1)), "memory_flange"),
         (dict(query_shape=(2, 2), use_causal_mask=True), "use_causal_mask"),
         (dict(query_shape=(2, 2), flash_attention=True), "flash_attention"),
+        (dict(query_shape=(2, 2), sliding_window=3), "sliding_window"),
+        (dict(query_shape=(2, 2), attention_axes=(1, 2)), "attention_axes"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, argument):

@@ -335,6 +335,11 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"`query` must have shape `\[batch, \.\.\., 8\]`"):
             layer(_random(1, 3, 6), _random(1, 3, 8))
 
+    def test_cache_update_index_without_a_cache(self):
+        layer = MultiHeadAttention(num_heads=2, key_dim=4)
+        with pytest.raises(ValueError, match="`cache_update_index` needs a `cache`"):
+            layer(_random(1, 3, 8), cache_update_index=0)
+
     def test_key_and_value_lengths_differ(self):
         with pytest.raises(ValueError, match="`value` and `key`"):
             MultiHeadAttention(num_heads=2, key_dim=4)(

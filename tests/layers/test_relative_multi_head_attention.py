@@ -385,7 +385,7 @@ def test_unknown_lengths_take_the_skew(settings, masked, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a full pass read its relative rows per query-key pair")
 
-    monkeypatch.setattr(layer, "_attend_by_pairs", refuse)
+    monkeypatch.setattr(layer, "_pairwise_pass", refuse)
     traced = tf.function(
         lambda x: layer(x, use_causal_mask=masked),
         input_signature=[tf.TensorSpec((None, None, WIDTH), "float32")],
