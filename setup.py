@@ -14,8 +14,9 @@ MUSIC = ["note-seq==0.0.5", "matplotlib"]
 # `keras_selfattn.data.text` and the translation recipe: SentencePiece, in-graph tokenization, BLEU.
 TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu"]
 # `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests and images
-# for the client. The C API loader check also needs gcc.
+# for the client.
 SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"]
+# The tests' TF Serving emulator (tests/serving/emulator) also needs gcc.
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
 TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + BEAM + MUSIC + TEXT + SERVING
 
@@ -30,7 +31,6 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["keras_selfattn", "keras_selfattn.*"]),
-    package_data={"keras_selfattn.export": ["c_api_loader.c"]},
     python_requires=">=3.10",
     install_requires=["tensorflow==2.20.*", "keras>=3.15,<4"],
     extras_require={

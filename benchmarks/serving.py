@@ -23,9 +23,9 @@ import numpy as np
 import sentencepiece
 
 from keras_selfattn.export import export_for_serving
-from keras_selfattn.export.c_api_loader import CApiSavedModel
 from keras_selfattn.generation import continue_sequence, translate_tokens
 from keras_selfattn.models import music_transformer, transformer_translation
+from tests.serving.emulator.c_api_loader import CApiSavedModel
 
 MUSIC_VOCABULARY = 310
 SENTENCES = [

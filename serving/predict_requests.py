@@ -20,24 +20,42 @@ import numpy as np
 
 from client_errors import ServerError
 
-_BYTES_SUFFIX = "_bytes"
-
 
 # --------------------------------------------------------------------------
-# REST JSON (TensorFlow Serving's rules, tensorflow_serving/util/json_tensor.cc)
+# REST JSON (TensorFlow Serving's rules, tensorflow_serving/util/json_tensor.cc).
+# The public helpers are shared with the tests' TF Serving emulator (tests/serving/emulator).
 
 
-def _is_b64_object(value):
+def is_b64_object(value):
     """`{"b64": "<base64>"}`, the only JSON form of binary strings."""
     return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
 
 
-def _is_named_object(value):
-    return isinstance(value, dict) and not _is_b64_object(value)
+def is_named_object(value):
+    """A JSON object keyed by tensor names (any object but a b64 one)."""
+    return isinstance(value, dict) and not is_b64_object(value)
 
 
-def _b64(data):
+def b64_object(data):
+    """Bytes as the server's `{"b64": ...}` object."""
     return {"b64": base64.b64encode(data).decode("ascii")}
+
+
+def is_bytes_name(name):
+    """Whether strings under `name` travel as b64: the server's convention for
+    binary tensors is a name ending in `_bytes`."""
+    return name.endswith("_bytes")
+
+
+def json_shape(value):
+    """The shape of a JSON tensor, read from the first element of each nested list."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return tuple(shape)
 
 
 def _json_string(value, name):
@@ -50,15 +68,15 @@ def _json_string(value, name):
     tensors, which it applies to its outputs).
     """
     if isinstance(value, str):
-        return _b64(value.encode("utf-8")) if name.endswith(_BYTES_SUFFIX) else value
+        return b64_object(value.encode("utf-8")) if is_bytes_name(name) else value
     if isinstance(value, (bytes, bytearray, np.bytes_)):
         data = bytes(value)
-        if name.endswith(_BYTES_SUFFIX):
-            return _b64(data)
+        if is_bytes_name(name):
+            return b64_object(data)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
-            return _b64(data)
+            return b64_object(data)
     raise TypeError(
         f"Input `{name}` holds {type(value).__name__} elements; string inputs take str or bytes"
     )
@@ -138,16 +156,6 @@ def _row(array, row):
     return np.asarray(array[row], dtype=array.dtype)
 
 
-def _nested_shape(value):
-    shape = []
-    while isinstance(value, list):
-        shape.append(len(value))
-        if not value:
-            break
-        value = value[0]
-    return tuple(shape)
-
-
 def _flatten(value):
     if isinstance(value, list):
         for item in value:
@@ -157,7 +165,7 @@ def _flatten(value):
 
 
 def _string_element(value):
-    if _is_b64_object(value):
+    if is_b64_object(value):
         return base64.b64decode(value["b64"])
     if isinstance(value, str):
         # `surrogateescape` gives back the bytes of a string that was not UTF-8
@@ -177,8 +185,8 @@ def _array_from_json(value, dtype=None):
     leaf = value
     while isinstance(leaf, list) and leaf:
         leaf = leaf[0]
-    if isinstance(leaf, str) or _is_b64_object(leaf) or _is_string_dtype(dtype):
-        array = np.empty(_nested_shape(value), dtype=object)
+    if isinstance(leaf, str) or is_b64_object(leaf) or _is_string_dtype(dtype):
+        array = np.empty(json_shape(value), dtype=object)
         array.reshape(-1)[:] = [_string_element(item) for item in _flatten(value)]
         return array
     return np.asarray(value, dtype=dtype)
@@ -212,14 +220,14 @@ def parse_rest_response(response, output_names=None, dtypes=None):
         rows = response["predictions"]
         if not isinstance(rows, list):
             raise ValueError(f'"predictions" must be a list, got {type(rows).__name__}')
-        if rows and all(_is_named_object(row) for row in rows):
+        if rows and all(is_named_object(row) for row in rows):
             names = list(rows[0])
             named = {name: [row[name] for row in rows] for name in names}
         else:
             named = {single_name: rows}
     elif "outputs" in response:
         outputs = response["outputs"]
-        named = outputs if _is_named_object(outputs) else {single_name: outputs}
+        named = outputs if is_named_object(outputs) else {single_name: outputs}
     else:
         raise ValueError(
             f'Expected "predictions" or "outputs" in the response, got keys {sorted(response)}'

@@ -14,14 +14,11 @@ import subprocess
 import sys
 import threading
 from concurrent import futures
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SERVING_DIR = Path(__file__).resolve().parents[2] / "serving"
-if str(SERVING_DIR) not in sys.path:
-    sys.path.insert(0, str(SERVING_DIR))
+from tests.serving.serving_modules import SERVING_DIR  # also puts serving/ on the import path
 
 import client  # noqa: E402
 from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402

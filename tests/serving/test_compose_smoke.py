@@ -13,14 +13,11 @@ import subprocess
 import sys
 import threading
 from concurrent import futures
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SERVING_DIR = Path(__file__).resolve().parents[2] / "serving"
-if str(SERVING_DIR) not in sys.path:
-    sys.path.insert(0, str(SERVING_DIR))
+from tests.serving.serving_modules import SERVING_DIR  # also puts serving/ on the import path
 
 import client  # noqa: E402
 import smoke  # noqa: E402
@@ -28,18 +25,22 @@ from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402
 
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
 
-# A fake `music` model: `generate` as the contract describes it, and a forward pass.
+# dtypes of the client's signature table -> DataType names of the server's metadata.
+DATA_TYPES = {"int32": "DT_INT32", "float32": "DT_FLOAT", "uint8": "DT_UINT8", "string": "DT_STRING"}
+
+
+def metadata_specs(dtypes, dims):
+    """`{key: (DataType name, dims)}` of a table's `{key: dtype}`; dims from
+    `dims` by key, else `[-1]` (one value a row)."""
+    return {key: (DATA_TYPES[dtype], dims.get(key, [-1])) for key, dtype in dtypes.items()}
+
+
+GENERATE = client.SIGNATURES["generate"]
+# A fake `music` model: `generate` as the client's table describes it, and a forward pass.
 FAKE_SIGNATURES = {
     "generate": {
-        "inputs": {
-            "primer": ("DT_INT32", [-1, -1]),
-            "max_new_tokens": ("DT_INT32", [-1]),
-            "temperature": ("DT_FLOAT", [-1]),
-            "top_k": ("DT_INT32", [-1]),
-            "top_p": ("DT_FLOAT", [-1]),
-            "seed": ("DT_INT32", [-1]),
-        },
-        "outputs": {"tokens": ("DT_INT32", [-1, -1])},
+        "inputs": metadata_specs(GENERATE["inputs"], {"primer": [-1, -1]}),
+        "outputs": metadata_specs(GENERATE["outputs"], {"tokens": [-1, -1]}),
     },
     "serving_default": {
         "inputs": {"tokens": ("DT_INT32", [-1, -1])},
@@ -151,13 +152,7 @@ def fake_servers():
 
 
 def test_example_inputs_are_valid_requests_for_each_contract_signature():
-    enums = {"int32": "DT_INT32", "float32": "DT_FLOAT", "uint8": "DT_UINT8"}
-    dims = {"pixels": [-1, 6, 4, 3], "known_rows": [-1], "seed": [-1], "temperature": [-1]}
-    dims["class_label"] = [-1]
-    specs = {
-        key: (enums[dtype], dims[key])
-        for key, dtype in client.SIGNATURES["complete"]["inputs"].items()
-    }
+    specs = metadata_specs(client.SIGNATURES["complete"]["inputs"], {"pixels": [-1, 6, 4, 3]})
     inputs = smoke.example_inputs(specs, rows=2)
     assert inputs["pixels"].shape == (2, 6, 4, 3) and inputs["pixels"].dtype == np.uint8
     np.testing.assert_array_equal(inputs["known_rows"], [3, 3])

@@ -5,9 +5,6 @@ the Keras model and in-process generation, row by row), as a PredictRequest,
 as REST rows and columns, under concurrent load, and a bad request fails by
 name without harming the next."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,10 +15,9 @@ pytestmark = [
 
 import tensorflow as tf  # noqa: E402
 
-from keras_selfattn.export.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "serving"))
+from tests.serving.emulator.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
+import tests.serving.serving_modules  # noqa: E402, F401  (serving/ on the import path)
 import client  # noqa: E402
 
 GENERATE = dict(

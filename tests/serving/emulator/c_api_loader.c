@@ -1,6 +1,6 @@
 /* Loads a SavedModel through TensorFlow's C API and serves requests on stdin/stdout.
  *
- * Built by keras_selfattn/export/c_api_loader.py with gcc against the headers and
+ * Built by loader_build.py (beside it, for c_api_loader.py) with gcc against the headers and
  * libraries of the pip `tensorflow` wheel. The model is loaded the way TensorFlow Serving
  * loads it: `TF_LoadSessionFromSavedModel` (the C++ SavedModel loader) with the "serve"
  * tag, after the tensorflow-text op libraries are registered with `TF_LoadLibrary`, and

@@ -4,7 +4,8 @@ A JSON value (a scalar or nested lists, all lists of one level of one length) be
 array of the signature's dtype: JSON numbers must fit it without loss, `{"b64": ...}`
 gives bytes for a string. Outputs go back as nested lists; string outputs whose key ends
 in `_bytes` as `{"b64": ...}` objects. Refusals are INVALID_ARGUMENT with the server's
-messages.
+messages. The rules the client applies too (b64 objects, `_bytes` names, the shape of
+nested lists) are serving/predict_requests.py's.
 """
 
 import base64
@@ -13,7 +14,10 @@ import math
 
 import numpy as np
 
-from keras_selfattn.export.tensor_wire import ServingError, as_bytes, numpy_dtype
+from tests.serving.emulator.tensor_wire import ServingError, as_bytes, numpy_dtype
+
+import tests.serving.serving_modules  # noqa: F401  (serving/ on the import path)
+from predict_requests import b64_object, is_b64_object, is_bytes_name, json_shape  # noqa: E402
 
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 # dtype -> the range of JSON integers the server takes for it (int_val holds int32).
@@ -30,11 +34,6 @@ def rest_error(message):
     return ServingError("INVALID_ARGUMENT", message)
 
 
-def is_b64(value):
-    """Whether a JSON value is a `{"b64": "..."}` object."""
-    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
-
-
 def json_text(value):
     """A JSON value written compactly, as the server quotes it in messages."""
     return json.dumps(value, separators=(",", ":"))
@@ -49,7 +48,7 @@ def _json_type(value):
 
 
 def _b64_bytes(value):
-    if not is_b64(value):
+    if not is_b64_object(value):
         raise rest_error(f"JSON Value: {json_text(value)} not formatted correctly for base64 data")
     try:
         return base64.b64decode(value["b64"], validate=True)
@@ -104,17 +103,6 @@ def _json_leaf(value, dtype_name):
     )
 
 
-def _json_shape(value):
-    """The shape the server reads from the first element of each nested list."""
-    shape = []
-    while isinstance(value, list):
-        shape.append(len(value))
-        if not value:
-            break
-        value = value[0]
-    return tuple(shape)
-
-
 def _json_fill(value, level, shape, dtype_name, flat):
     """Checks the nesting against `shape` and appends the leaves (`FillTensorProto`)."""
     if not isinstance(value, list):
@@ -138,7 +126,7 @@ def _json_fill(value, level, shape, dtype_name, flat):
 
 def json_to_array(value, dtype_name):
     """A JSON value (scalar or nested lists) as an array of the signature's dtype."""
-    shape = _json_shape(value)
+    shape = json_shape(value)
     flat = []
     _json_fill(value, 0, shape, dtype_name, flat)
     if dtype_name == "string":
@@ -152,7 +140,7 @@ def json_to_array(value, dtype_name):
 
 
 def _b64_object(item):
-    return {"b64": base64.b64encode(as_bytes(item)).decode("ascii")}
+    return b64_object(as_bytes(item))
 
 
 def _utf8_text(item):
@@ -165,7 +153,7 @@ def json_values(array, key, dtype_name):
     if dtype_name not in _JSON_OUTPUT_DTYPES:
         raise rest_error(f"Failed to write JSON value for tensor type: {dtype_name}")
     if dtype_name == "string":
-        encode = _b64_object if key.endswith("_bytes") else _utf8_text
+        encode = _b64_object if is_bytes_name(key) else _utf8_text
         return np.frompyfunc(encode, 1, 1)(array).tolist() if array.ndim else encode(array.item())
     if dtype_name == "float32":
         # The server writes a float's shortest round-trip text (0.1, not 0.100000001).

@@ -12,15 +12,12 @@ import json
 
 import numpy as np
 
-from keras_selfattn.export.json_tensors import (
-    is_b64,
-    json_text,
-    json_to_array,
-    json_values,
-    rest_error,
-)
-from keras_selfattn.export.serving_requests import DEFAULT_SIGNATURE, find_signature
-from keras_selfattn.export.tensor_wire import ServingError
+from tests.serving.emulator.json_tensors import json_text, json_to_array, json_values, rest_error
+from tests.serving.emulator.serving_requests import DEFAULT_SIGNATURE, find_signature
+from tests.serving.emulator.tensor_wire import ServingError
+
+import tests.serving.serving_modules  # noqa: F401  (serving/ on the import path)
+from predict_requests import is_b64_object, is_named_object  # noqa: E402
 
 
 def _parse_body(body):
@@ -77,10 +74,6 @@ def rest_answer(form, outputs, output_specs):
     return {"outputs": _columnar_outputs(outputs, output_specs)}
 
 
-def _is_object(value):
-    return isinstance(value, dict) and not is_b64(value)
-
-
 def _instances_to_inputs(instances, inputs):
     """The row (`instances`) form as input arrays (`FillTensorMapFromInstancesList`)."""
     if not isinstance(instances, list):
@@ -95,9 +88,9 @@ def _instances_to_inputs(instances, inputs):
     names = sorted(inputs)
     rows = {name: [] for name in names}
     for index, element in enumerate(instances):
-        if _is_object(instances[0]):
+        if is_named_object(instances[0]):
             _add_named_row(element, index, inputs, rows)
-        elif _is_object(element):
+        elif is_named_object(element):
             raise rest_error(f"Expecting value/list but got object at item {index} of input list")
         else:
             name = names[0]
@@ -107,7 +100,7 @@ def _instances_to_inputs(instances, inputs):
 
 def _add_named_row(element, index, inputs, rows):
     """Appends one `{name: value}` row of the instances to `rows`."""
-    if not _is_object(element):
+    if not is_named_object(element):
         raise rest_error(f"Expecting object but got list at item {index} of input list")
     for key, value in element.items():
         if key not in inputs:
@@ -147,7 +140,7 @@ def _shape_text(shape):
 
 def _columns_to_inputs(columns, inputs):
     """The columnar (`inputs`) form as input arrays (`FillTensorMapFromInputsMap`)."""
-    if not isinstance(columns, dict) or is_b64(columns):
+    if not isinstance(columns, dict) or is_b64_object(columns):
         if len(inputs) > 1:
             raise rest_error(
                 "inputs is a plain value/list, but expecting an object as multiple input "

@@ -1,0 +1,39 @@
+"""serving/model_signatures.py, the client's table of each model's generation
+signatures, equals what `export_for_serving` writes into the SavedModel."""
+
+import pytest
+
+pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels")
+
+import tests.serving.serving_modules  # noqa: E402, F401  (serving/ on the import path)
+from model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES  # noqa: E402
+from tests.serving.emulator.signature_defs import read_signatures  # noqa: E402
+
+# `serving_exports` family -> model name of serving/models.config. The images
+# export is class-conditional, so its signatures take `class_label`, as the table's do.
+MODEL_OF_FAMILY = {
+    "music": "music",
+    "translation": "translation",
+    "images": "image_generation",
+    "super_resolution": "super_resolution",
+}
+
+
+def _dtypes(specs):
+    return {key: spec["dtype"] for key, spec in specs.items()}
+
+
+def test_every_served_model_is_checked():
+    assert sorted(MODEL_OF_FAMILY.values()) == sorted(MODEL_NAMES.values())
+
+
+@pytest.mark.parametrize("family", sorted(MODEL_OF_FAMILY))
+def test_client_signature_table_equals_the_export(serving_exports, family):
+    model_name = MODEL_OF_FAMILY[family]
+    exported = read_signatures(serving_exports[family][1])
+    assert sorted(exported) == sorted([*MODEL_SIGNATURES[model_name], "serving_default"])
+    for name in MODEL_SIGNATURES[model_name]:
+        assert _dtypes(exported[name]["inputs"]) == SIGNATURES[name]["inputs"], name
+        assert _dtypes(exported[name]["outputs"]) == SIGNATURES[name]["outputs"], name
+        batch_sizes = {key: spec["shape"][0] for key, spec in exported[name]["inputs"].items()}
+        assert set(batch_sizes.values()) == {None}, f"{name} inputs without a free batch dimension"
