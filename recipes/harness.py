@@ -89,6 +89,12 @@ def parent_parser():
         "(default: $KERAS_SELFATTN_DATA, else ~/.cache/keras_selfattn)",
     )
     group.add_argument(
+        "--tfds_dir",
+        default=None,
+        help="the tensorflow-datasets folder holding prepared data sets, for the recipes' "
+        "tensorflow-datasets options (default: tensorflow-datasets' own, ~/tensorflow_datasets)",
+    )
+    group.add_argument(
         "--strategy",
         default="default",
         choices=STRATEGIES,
@@ -356,7 +362,7 @@ class Run:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
         return dataset.with_options(options)
 
-    def callbacks(self, model_name):
+    def callbacks(self):
         """BackupAndRestore, ModelCheckpoint and TensorBoard under the model folder."""
         backup = self.model_dir / "backup"
         if not self.chief:
@@ -373,14 +379,13 @@ class Run:
             _ResumeNotice(self),
         ]
 
-    def fit(self, model, train_data, *, validation_data=None, callbacks=(), model_name=None):
+    def fit(self, model, train_data, *, validation_data=None, callbacks=()):
         """`model.fit` with the harness callbacks, `--epochs`,
         `--steps_per_epoch` and `--verbose`; returns the `History`.
 
         `callbacks` run after the harness's own (a backup is written before
         they see the end of an epoch).
         """
-        model_name = model_name or model.name
         if self.args.epochs is None:
             raise UsageError("`--epochs` must be set")
         history = model.fit(
@@ -388,7 +393,7 @@ class Run:
             epochs=self.args.epochs,
             steps_per_epoch=self.args.steps_per_epoch,
             validation_data=validation_data,
-            callbacks=self.callbacks(model_name) + list(callbacks),
+            callbacks=self.callbacks() + list(callbacks),
             verbose=self.args.verbose if self.chief else 0,
             shuffle=False,  # a tf.data pipeline shuffles itself
         )

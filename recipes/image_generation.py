@@ -3,7 +3,7 @@ samples, completions and attention, export for serving.
 
 Data: by default scikit-learn's real 8x8 digits (offline, 20% held out);
 `--dataset cifar10` or `imagenet32` reads tensorflow-datasets (downloaded or
-prepared in `--data_dir`); `--image_dir` any folder of PNG/JPEG files, with
+prepared in `--tfds_dir`); `--image_dir` any folder of PNG/JPEG files, with
 classes from sub-folder names under `--labels_from_folders`.
 
 The run prints and writes to `--model_dir`: held-out bits/dim next to the
@@ -64,7 +64,7 @@ def build_parser():
         default="digits",
         choices=("digits", "cifar10", "imagenet32"),
         help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); cifar10, "
-        "imagenet32: tensorflow-datasets, prepared in --data_dir (held out: cifar10's test, "
+        "imagenet32: tensorflow-datasets, prepared in --tfds_dir (held out: cifar10's test, "
         "imagenet32's validation split)",
     )
     image_recipes.add_image_dir_flags(data, labels=True)

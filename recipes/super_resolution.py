@@ -4,7 +4,7 @@ score held-out images against bicubic and nearest upsampling, export.
 Data: by default 32 x 32 patches cut from the photos bundled with
 scikit-image plus its `lfw_subset` faces, held out by source picture (no
 download); `--dataset celeb_a` reads CelebA from tensorflow-datasets
-(prepared in `--data_dir`), `--image_dir` any folder of PNG/JPEG files
+(prepared in `--tfds_dir`), `--image_dir` any folder of PNG/JPEG files
 (held out by file). The low-resolution input is the high-resolution image
 averaged over `--scale x --scale` blocks.
 
@@ -25,7 +25,7 @@ SavedModel for TF Serving with the `super_resolve` signature.
 
     python recipes/super_resolution.py --model_dir runs/super_resolution
     python recipes/super_resolution.py --model_dir runs/celeba --dataset celeb_a \\
-        --data_dir ~/tensorflow_datasets --preset celeba --mixed_precision
+        --tfds_dir ~/tensorflow_datasets --preset celeba --mixed_precision
 """
 
 import sys
@@ -69,7 +69,7 @@ def build_parser():
         choices=("default", "celeb_a"),
         help="default: patches of scikit-image's bundled photos and lfw_subset faces, held out "
         "by source picture (offline); celeb_a: CelebA faces from tensorflow-datasets, prepared "
-        "in --data_dir (its train split for training, its test split held out)",
+        "in --tfds_dir (its train split for training, its test split held out)",
     )
     image_recipes.add_image_dir_flags(data, labels=False)
     data.add_argument(

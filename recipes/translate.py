@@ -89,12 +89,6 @@ def _add_data_flags(parser):
         "newstest2014",
     )
     data.add_argument(
-        "--tfds_dir",
-        default=None,
-        help="with --wmt14: the tensorflow-datasets folder holding the prepared data (default: "
-        "tensorflow-datasets' own, ~/tensorflow_datasets)",
-    )
-    data.add_argument(
         "--wmt14_train_split",
         default="train",
         help="with --wmt14: the training split, e.g. train or train[:10%%]",
