@@ -72,10 +72,14 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         query_mask, value_mask, key_mask: optional `[batch, length]` padding
             masks; Keras fills them from the inputs' Keras masks.
         use_causal_mask: `None` or `True` (the attention is causal).
-        cache, cache_update_index, attention_mask, attention_bias,
-        return_attention_scores: as in `RelativeMultiHeadAttention`, for
-            cached calls. A full pass (no cache) builds its mask per block
-            and takes no `attention_mask`, `attention_bias` or scores.
+        cache, cache_update_index, attention_mask, attention_bias: as in
+            `RelativeMultiHeadAttention`, for cached calls. A full pass (no
+            cache) builds its mask per block and takes no `attention_mask` or
+            `attention_bias`.
+        return_attention_scores: whether to also return the probabilities
+            `[batch, heads, length, length]` (zero outside each query's
+            window); a full pass that returns them forms the whole
+            `[length, length]` logits, as a cached call does.
         training: whether dropout is active.
 
     Returns:
@@ -141,9 +145,9 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         self._resolve_use_causal_mask(call.use_causal_mask)
         if call.cache is not None or call.cache_update_index is not None:
             return super()._attend(call)
-        _check_full_pass_arguments(
-            call.attention_mask, call.attention_bias, call.return_attention_scores
-        )
+        _check_full_pass_arguments(call.attention_mask, call.attention_bias)
+        if call.return_attention_scores:
+            return super()._attend(call)
         query, value, query_mask, value_mask = self._call_inputs(call)
         self._check_inputs(query, value, value if call.key is None else call.key)
         key, key_mask = self._key_and_key_mask(query, value, call.key, value_mask, call.key_mask)
@@ -243,12 +247,8 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
         return config
 
 
-def _check_full_pass_arguments(attention_mask, attention_bias, return_attention_scores):
-    unsupported = {
-        "attention_mask": attention_mask,
-        "attention_bias": attention_bias,
-        "return_attention_scores": return_attention_scores or None,
-    }
+def _check_full_pass_arguments(attention_mask, attention_bias):
+    unsupported = {"attention_mask": attention_mask, "attention_bias": attention_bias}
     for name, argument in unsupported.items():
         if argument is not None:
             raise ValueError(

@@ -48,9 +48,15 @@ class TransformerDecoderBlock(keras.layers.Layer):
             `[batch, 2, max_length, num_heads, key_dim]`).
         cache_update_index: position of the first input row in the cache.
         training: whether dropout is active.
+        return_attention_scores: whether to also return the attention
+            probabilities: `{"self": [batch, heads, query, key]}`, with
+            `"cross"` (over the encoder positions) in a block with a
+            cross-attention. Needs attention layers that return them.
 
     Returns:
-        A tensor shaped like `inputs`, or `(outputs, cache)` with a cache.
+        A tensor shaped like `inputs`, or `(outputs, cache)` with a cache;
+        with `return_attention_scores`, `(outputs, scores)` or
+        `(outputs, scores, cache)`.
 
     Example:
 
@@ -122,6 +128,7 @@ class TransformerDecoderBlock(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
         training=None,
+        return_attention_scores=False,
     ):
         if (encoder_outputs is None) != (self.cross_attention is None):
             raise ValueError(
@@ -129,24 +136,30 @@ class TransformerDecoderBlock(keras.layers.Layer):
                 f"(cross_attention={self.cross_attention is not None}, "
                 f"encoder_outputs given={encoder_outputs is not None})."
             )
-        new_cache = []
+        new_cache, scores = [], {}
+        with_scores = dict(return_attention_scores=True) if return_attention_scores else {}
 
         def attend_to_self(x):
-            if cache is None:
-                return self.self_attention(x, use_causal_mask=True, training=training)
-            output, updated = self.self_attention(
-                x, cache=cache, cache_update_index=cache_update_index,
-                use_causal_mask=True, training=training,
+            cached = {} if cache is None else dict(cache=cache, cache_update_index=cache_update_index)
+            results = self.self_attention(
+                x, use_causal_mask=True, training=training, **cached, **with_scores
             )
-            new_cache.append(updated)
-            return output
+            results = results if isinstance(results, tuple) else (results,)
+            if cache is not None:
+                new_cache.append(results[-1])
+            if return_attention_scores:
+                scores["self"] = results[1]
+            return results[0]
 
         def attend_to_encoder(x):
             # Every position of a grid (image) input queries the encoder alike.
             flat = x if len(x.shape) == 3 else keras.ops.reshape(x, (-1, math.prod(x.shape[1:-1]), x.shape[-1]))
             output = self.cross_attention(
-                flat, encoder_outputs, value_mask=encoder_padding_mask, training=training
+                flat, encoder_outputs, value_mask=encoder_padding_mask, training=training,
+                **with_scores,
             )
+            if return_attention_scores:
+                output, scores["cross"] = output
             return keras.ops.reshape(output, (-1,) + tuple(x.shape[1:])) if flat is not x else output
 
         x = self._residual(inputs, attend_to_self, self._self_attention_norm, training)
@@ -155,18 +168,38 @@ class TransformerDecoderBlock(keras.layers.Layer):
         x = self._residual(
             x, lambda h: self._feedforward(h, training=training), self._feedforward_norm, training
         )
-        return x if cache is None else (x, new_cache[0])
+        results = (x,) + ((scores,) if return_attention_scores else ()) + tuple(new_cache)
+        return results[0] if len(results) == 1 else results
+
+    def self_attention_input(self, inputs):
+        """What the self-attention layer reads of `inputs`: the normalised
+        inputs in a pre-norm block, the inputs themselves in a post-norm one."""
+        return self._self_attention_norm(inputs) if self.norm_first else inputs
 
     def _residual(self, x, sublayer, norm, training):
         return residual_connection(
             x, sublayer, norm, self._residual_dropout, self.norm_first, training
         )
 
-    def compute_output_spec(self, inputs, encoder_outputs=None, cache=None, **kwargs):
-        output = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if cache is None:
-            return output
-        return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+    def compute_output_spec(
+        self, inputs, encoder_outputs=None, cache=None, return_attention_scores=False, **kwargs
+    ):
+        results = (keras.KerasTensor(inputs.shape, dtype=self.compute_dtype),)
+        if return_attention_scores:
+            results += (self._scores_spec(inputs, encoder_outputs, cache),)
+        if cache is not None:
+            results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
+        return results[0] if len(results) == 1 else results
+
+    def _scores_spec(self, inputs, encoder_outputs, cache):
+        batch, queries = inputs.shape[0], inputs.shape[1]
+        keys = inputs.shape[1] if cache is None else cache.shape[2]
+        heads = self.self_attention.num_heads
+        spec = {"self": keras.KerasTensor((batch, heads, queries, keys), dtype=self.compute_dtype)}
+        if encoder_outputs is not None:
+            cross_shape = (batch, self.cross_attention.num_heads, queries, encoder_outputs.shape[1])
+            spec["cross"] = keras.KerasTensor(cross_shape, dtype=self.compute_dtype)
+        return spec
 
     def get_config(self):
         cross_attention = self.cross_attention

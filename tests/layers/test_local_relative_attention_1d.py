@@ -166,3 +166,20 @@ def test_full_pass_needs_one_length():
     layer = make_layer(block_length=2)
     with pytest.raises(ValueError, match="one length"):
         layer(inputs(1, 4), inputs(1, 6))
+
+
+def test_full_pass_scores_are_the_windowed_causal_probabilities():
+    block = 3
+    layer = make_layer(block_length=block, add_relative_to_values=True)
+    x = inputs(2, 8)
+    output, scores = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), ops.convert_to_numpy(layer(x)), atol=1e-5)
+    scores = ops.convert_to_numpy(scores)
+    assert scores.shape == (2, NUM_HEADS, 8, 8)
+    query, key = np.arange(8)[:, None], np.arange(8)[None, :]
+    visible = (key <= query) & (key >= (query // block - 1) * block)
+    assert np.all(scores[..., ~visible] == 0)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    cache = np.zeros((2, 2, 8, NUM_HEADS, KEY_DIM), "float32")
+    _, prefill_scores, _ = layer(x, cache=cache, cache_update_index=0, return_attention_scores=True)
+    np.testing.assert_allclose(scores, ops.convert_to_numpy(prefill_scores), atol=1e-6)

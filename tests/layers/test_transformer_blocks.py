@@ -180,3 +180,31 @@ class TestBadInput:
         )
         with pytest.raises(ValueError, match="encoder_outputs"):
             with_cross(_random(1, 3, WIDTH))
+
+
+def test_decoder_block_returns_its_attention_scores():
+    block = TransformerDecoderBlock(
+        MultiHeadAttention(3, 5), feedforward_dim=32, cross_attention=MultiHeadAttention(3, 5)
+    )
+    x, encoded = _random(2, 7, WIDTH), _random(2, 11, 13)
+    encoder_mask = np.arange(11)[None] < np.array([[11], [6]])
+    output, scores = block(
+        x, encoder_outputs=encoded, encoder_padding_mask=encoder_mask, return_attention_scores=True
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(output),
+        keras.ops.convert_to_numpy(block(x, encoder_outputs=encoded, encoder_padding_mask=encoder_mask)),
+        atol=1e-6,
+    )
+    own = block.self_attention(block.self_attention_input(x), use_causal_mask=True, return_attention_scores=True)[1]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(scores["self"]), keras.ops.convert_to_numpy(own), atol=1e-6)
+    cross = keras.ops.convert_to_numpy(scores["cross"])
+    assert cross.shape == (2, 3, 7, 11)
+    assert np.all(cross[1, :, :, 6:] == 0)
+    np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+    cache = np.zeros((2, 2, 7, 3, 5), "float32")
+    step, step_scores, _ = block(
+        x, encoder_outputs=encoded, encoder_padding_mask=encoder_mask, cache=cache,
+        cache_update_index=0, return_attention_scores=True,
+    )
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(step_scores["cross"]), cross, atol=1e-6)
