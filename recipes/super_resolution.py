@@ -158,7 +158,7 @@ def parse_args(argv=None):
 
 def load_images(args, run):
     """`(train, test)` high-resolution int32 images `[n, size, size, C]`."""
-    from keras_selfattn.data import image_patches
+    from keras_selfattn.data.images import patches as image_patches
 
     size = (args.size, args.size)
     if args.image_dir:
@@ -186,7 +186,7 @@ def load_images(args, run):
 
 def pairs(high, scale):
     """`{"low_resolution", "pixels"}` model inputs for high-resolution images."""
-    from keras_selfattn.data.image_patches import downsample
+    from keras_selfattn.data.images.patches import downsample
 
     return {"low_resolution": downsample(high, scale), "pixels": np.asarray(high, "int32")}
 
@@ -300,8 +300,8 @@ def upsampled(model, low):
 def evaluate(args, run, model, test):
     """Bits/dim on every held-out image; PSNR and SSIM of the model at each
     temperature and of the interpolations on `--eval_images` of them."""
-    from keras_selfattn.data import image_metrics
-    from keras_selfattn.data.image_patches import upsample
+    from keras_selfattn.data.images.patches import upsample
+    from keras_selfattn.models import metrics as image_metrics
 
     results = model.evaluate(test, test["pixels"], batch_size=args.batch_size, verbose=0, return_dict=True)
     bits = float(results["bits_per_dim"])

@@ -5,6 +5,8 @@
 - `keras_selfattn.data.text`: sentence pairs (TSV, WMT14, the Ding
   dictionary), SentencePiece, token-count `tf.data` batches.
 - `keras_selfattn.data.images`: digits, tensorflow-datasets image sets and
-  image folders; `image_patches` for super-resolution, `image_metrics` for
-  PSNR and SSIM.
+  image folders; `images.patches` for super-resolution.
+
+Music and text keep their downloads and encodings in `cache.cache_folder(kind)`:
+`$KERAS_SELFATTN_DATA/<kind>`, else `~/.cache/keras_selfattn/<kind>`.
 """

@@ -1,8 +1,10 @@
-"""Likelihood metrics: NLL per token and bits per dimension."""
+"""Likelihood metrics (NLL per token, bits per dimension) as Keras metrics,
+and image quality against a reference (PSNR, SSIM) on numpy arrays."""
 
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_selfattn.models.losses import (
@@ -175,3 +177,63 @@ class BitsPerDimension(_WeightedMean):
             {"prediction": self.prediction, "dims_per_position": self.dims_per_position}
         )
         return config
+
+
+# ------------------------------------------- image quality, values 0..255
+
+PIXEL_DATA_RANGE = 255.0
+# An image equal to its reference has an infinite PSNR; it counts as this many dB.
+MAX_PSNR = 100.0
+
+
+def _checked_image_pairs(reference, images):
+    reference, images = np.asarray(reference, "float64"), np.asarray(images, "float64")
+    if reference.shape != images.shape or reference.ndim != 4:
+        raise ValueError(
+            "`reference` and `images` must both be [count, height, width, channels]. "
+            f"Received: {reference.shape} and {images.shape}"
+        )
+    return reference, images
+
+
+def psnr_per_image(reference, images):
+    """Peak signal-to-noise ratio (dB) of each image against its reference
+    (`skimage.metrics.peak_signal_noise_ratio`, data range 255), at most
+    `MAX_PSNR`."""
+    from skimage.metrics import peak_signal_noise_ratio
+
+    reference, images = _checked_image_pairs(reference, images)
+    values = []
+    for true, test in zip(reference, images):
+        if np.array_equal(true, test):
+            values.append(MAX_PSNR)
+            continue
+        values.append(min(MAX_PSNR, peak_signal_noise_ratio(true, test, data_range=PIXEL_DATA_RANGE)))
+    return np.array(values)
+
+
+def ssim_per_image(reference, images):
+    """Structural similarity of each image against its reference
+    (`skimage.metrics.structural_similarity`, data range 255, 7 x 7 window,
+    channels averaged)."""
+    from skimage.metrics import structural_similarity
+
+    reference, images = _checked_image_pairs(reference, images)
+    if min(reference.shape[1:3]) < 7:
+        raise ValueError(f"SSIM needs images of at least 7 x 7. Received: {reference.shape[1:3]}")
+    return np.array(
+        [
+            structural_similarity(true, test, data_range=PIXEL_DATA_RANGE, channel_axis=-1)
+            for true, test in zip(reference, images)
+        ]
+    )
+
+
+def psnr(reference, images):
+    """Mean PSNR (dB) over the images."""
+    return float(np.mean(psnr_per_image(reference, images)))
+
+
+def ssim(reference, images):
+    """Mean SSIM over the images."""
+    return float(np.mean(ssim_per_image(reference, images)))

@@ -10,7 +10,8 @@ import pytest
 from note_seq import music_pb2
 from note_seq.performance_lib import PerformanceEvent
 
-from keras_selfattn.data import music, music_events
+from keras_selfattn.data import music
+from keras_selfattn.data.music import events as music_events
 
 PIANO = dict(min_pitch=21, max_pitch=108)
 

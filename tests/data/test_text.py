@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import sentencepiece
 
-from keras_selfattn.data import text, text_ding
+from keras_selfattn.data import text
+from keras_selfattn.data.text import ding as text_ding
 
 # French-English pairs written for these tests: a language pair other than
 # the German-English default, with accents, apostrophes and a guillemet.

@@ -125,7 +125,7 @@ def test_upsampler_is_fitted_first_then_frozen(short_run):
 
 
 def test_bits_per_dim_covers_every_held_out_patch(short_run):
-    from keras_selfattn.data.image_patches import downsample, embedded_patches
+    from keras_selfattn.data.images.patches import downsample, embedded_patches
 
     model_dir, report, _, _ = short_run
     _, test = embedded_patches(size=8, channels=1, seed=2)
@@ -181,7 +181,7 @@ def test_pixel_dropout_flag_takes_zero_and_rejects_one(tmp_path, capsys):
 
 
 def test_training_pairs_are_oriented_together_in_all_eight_ways():
-    from keras_selfattn.data.image_patches import downsample
+    from keras_selfattn.data.images.patches import downsample
 
     high = np.arange(4 * 4).reshape(1, 4, 4, 1).astype("int32")
     pairs = super_resolution.pairs(high, 2)

@@ -3,8 +3,8 @@ tensorflow-datasets otherwise.
 
 Pixels are int32 values 0..255, `[count, height, width, channels]`.
 The super-resolution patches of scikit-image's photos and faces are in
-`keras_selfattn.data.image_patches`, the PSNR / SSIM helpers in
-`keras_selfattn.data.image_metrics`.
+`keras_selfattn.data.images.patches`; PSNR and SSIM, which score a model's
+images against these, in `keras_selfattn.models.metrics`.
 """
 
 from dataclasses import dataclass, field

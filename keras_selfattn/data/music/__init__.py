@@ -36,7 +36,8 @@ Example:
 (178, 277)
 """
 
-from keras_selfattn.data.music_events import (
+from keras_selfattn.data.cache import DATA_ENV_VAR
+from keras_selfattn.data.music.events import (
     EOS_ID,
     MAX_PITCH,
     MAX_SHIFT_STEPS,
@@ -58,8 +59,7 @@ from keras_selfattn.data.music_events import (
     performance_encoding,
     vocabulary_size,
 )
-from keras_selfattn.data.music_files import (
-    DATA_ENV_VAR,
+from keras_selfattn.data.music.files import (
     MIDITOK_SHA256,
     default_data_dir,
     default_midi_dir,
@@ -67,7 +67,7 @@ from keras_selfattn.data.music_files import (
     find_midi_files,
     load_performances,
 )
-from keras_selfattn.data.music_pipeline import (
+from keras_selfattn.data.music.pipeline import (
     DEFAULT_AUGMENTATIONS,
     augmented_performances,
     evaluation_chunks,

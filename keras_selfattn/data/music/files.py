@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_selfattn.data import music_events
+from keras_selfattn.data.cache import cache_folder
+from keras_selfattn.data.music import events as music_events
 
 logger = logging.getLogger("keras_selfattn.data.music")
 
-DATA_ENV_VAR = "KERAS_SELFATTN_DATA"
 MIDITOK_REQUIREMENT = "miditok==3.1.0"
 MIDITOK_SDIST = "miditok-3.1.0.tar.gz"
 MIDITOK_SHA256 = "1f905b9be87a57dac28a86c1c7a7565674a5d2e57b2f650bc2fea97792f6bdef"
@@ -32,8 +32,7 @@ _CACHE_FORMAT = 1
 def default_data_dir():
     """`$KERAS_SELFATTN_DATA/music` when that variable is set, else
     `~/.cache/keras_selfattn/music`."""
-    root = os.environ.get(DATA_ENV_VAR)
-    return Path(root) / "music" if root else Path.home() / ".cache" / "keras_selfattn" / "music"
+    return cache_folder("music")
 
 
 def _sha256(data):

@@ -6,8 +6,8 @@ import hashlib
 
 import numpy as np
 
-from keras_selfattn.data import music_events
-from keras_selfattn.data.music_files import cached_array, encoding_key
+from keras_selfattn.data.music import events as music_events
+from keras_selfattn.data.music.files import cached_array, encoding_key
 
 DEFAULT_AUGMENTATIONS = 4
 

@@ -45,7 +45,7 @@ set()
 3
 """
 
-from keras_selfattn.data.text_ding import (
+from keras_selfattn.data.text.ding import (
     DING_PACKAGE,
     MIN_SENTENCE_WORDS,
     clean_ding_text,
@@ -55,9 +55,9 @@ from keras_selfattn.data.text_ding import (
     is_natural_sentence,
     parse_ding_lines,
 )
-from keras_selfattn.data.text_pairs import WMT14_CONFIGS, read_pairs_tsv, split_pairs, wmt14_pairs
-from keras_selfattn.data.text_pipeline import bucket_batch_sizes, bucket_boundaries, translation_dataset
-from keras_selfattn.data.text_tokenizer import (
+from keras_selfattn.data.text.pairs import WMT14_CONFIGS, read_pairs_tsv, split_pairs, wmt14_pairs
+from keras_selfattn.data.text.pipeline import bucket_batch_sizes, bucket_boundaries, translation_dataset
+from keras_selfattn.data.text.tokenizer import (
     EOS_ID,
     PAD_ID,
     UNK_ID,

@@ -14,16 +14,16 @@ a pattern, `…` an omission.
 
 import itertools
 import logging
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from keras_selfattn.data.cache import cache_folder
+
 logger = logging.getLogger("keras_selfattn.data.text")
 
-DATA_ENV_VAR = "KERAS_SELFATTN_DATA"
 DING_PACKAGE = "trans-de-en"
 DING_MEMBER = Path("usr/share/trans/de-en")
 MIN_SENTENCE_WORDS = 2
@@ -43,8 +43,7 @@ _NOT_NATURAL = re.compile(r"…|\.\.\.|~|\b(?:sth|sb|etw|jdn|jdm|jds|jd)\.")
 def default_data_dir():
     """`$KERAS_SELFATTN_DATA/text` when that variable is set, else
     `~/.cache/keras_selfattn/text`."""
-    root = os.environ.get(DATA_ENV_VAR)
-    return Path(root) / "text" if root else Path.home() / ".cache" / "keras_selfattn" / "text"
+    return cache_folder("text")
 
 
 def _strip_annotations(text):

@@ -3,7 +3,7 @@ tokenized in the graph and batched by token count, as tensor2tensor does."""
 
 import os
 
-from keras_selfattn.data.text_tokenizer import EOS_ID, PAD_ID, tokenizer_from_file
+from keras_selfattn.data.text.tokenizer import EOS_ID, PAD_ID, tokenizer_from_file
 
 MIN_BUCKET_LENGTH = 8
 BUCKET_STEP = 1.1
