@@ -12,36 +12,22 @@ itself in raster order).
 import numpy as np
 from keras import ops
 
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
-from keras_selfattn.models.image_common import embed_pixels, shift_right, to_attention_layout
+from keras_selfattn.models.image_common import position_grid
+from keras_selfattn.models.image_models import ImageTransformer
 from keras_selfattn.ops.blocking_2d import causal_memory_mask_2d, memory_pixels_2d
 
 
 def decoder_inputs(model, image, class_label=None, block_index=-1):
-    """`(layers, block, h, grid_shape)`: the decoder block `block_index`, the
-    normalised input of its self-attention `[1, positions, hidden]` in raster
-    order of the position grid, and that grid's `(rows, columns)`, for
-    `image [H, W, C]`."""
-    layers = layers_by_name(model)
-    blocks = numbered_layers(layers, "decoder_block_")
-    target = blocks[block_index]
-    attention = target.self_attention
-    local_2d = hasattr(attention, "query_shape")
-    query_shape = tuple(attention.query_shape) if local_2d else None
+    """`(model, block, h, grid_shape)`: the model as an `ImageTransformer`,
+    its decoder block `block_index`, the input of that block's
+    self-attention `[1, positions, hidden]` in raster order of the position
+    grid, and that grid's `(rows, columns)`, for `image [H, W, C]`."""
+    model = ImageTransformer.from_model(model)
     pixels = ops.convert_to_tensor(np.asarray(image, "int32")[None])
-    grid = embed_pixels(pixels, layers["pixel_embedding"], "categorical")
-    x = to_attention_layout(grid, "local_2d" if local_2d else "global")
-    x = shift_right(x, "local_2d" if local_2d else "global", query_shape)
-    if class_label is not None:
-        condition = layers["class_embedding"](ops.convert_to_tensor(np.array([class_label], "int32")))
-        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
-    x = x + layers["target_position"](x)
-    for block in blocks:
-        if block is target:
-            break
-        x = block(x)
-    h = target._self_attention_norm(x) if target.norm_first else x
-    return layers, target, ops.reshape(h, (1, -1, h.shape[-1])), grid.shape[1:3]
+    labels = None if class_label is None else ops.convert_to_tensor(np.array([class_label], "int32"))
+    h = model.self_attention_inputs(pixels, labels, block_index)
+    grid_shape = position_grid(model.image_shape, model.decoder_config["head"])
+    return model, model.decoder_blocks[block_index], h, grid_shape
 
 
 def visible_positions(attention, grid_shape, query):

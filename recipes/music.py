@@ -43,7 +43,7 @@ from keras_selfattn.models import (  # noqa: E402
     NegativeLogLikelihoodPerToken,
     music_transformer,
 )
-from keras_selfattn.models.decoding import embed_tokens, layers_by_name, numbered_layers  # noqa: E402
+from keras_selfattn.models.sequence_models import MusicTransformer  # noqa: E402
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
 
 MODEL_NAME = "music_transformer"
@@ -320,32 +320,11 @@ def sanity(notes, piece_seconds):
 
 def attention_weights(model, tokens, block_index=-1):
     """`[heads, length, length]` self-attention weights of one decoder block
-    for `tokens [length]`, from a forward pass of the model's own layers.
-
-    The attention layer is called as a one-shot prefill of a zero cache
-    (`cache_update_index=0`): every attention variant returns its weights
-    that way (a full pass of `LocalRelativeAttention1D` cannot), and the
-    output equals the full causal pass.
-    """
-    layers = layers_by_name(model)
-    blocks = numbered_layers(layers, "decoder_block_")
-    target = block_index % len(blocks)
+    for `tokens [length]`."""
+    model = MusicTransformer.from_model(model)
     tokens = keras.ops.convert_to_tensor(np.asarray(tokens, dtype="int32")[None])
-    x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"))
-    for index, block in enumerate(blocks):
-        if index < target:
-            x = block(x)
-            continue
-        attention = block.self_attention
-        # Pre-norm blocks normalise the input of their attention.
-        h = block._self_attention_norm(x) if block.norm_first else x
-        cache = keras.ops.zeros(
-            (1, 2, tokens.shape[1], attention.num_heads, attention.key_dim), dtype=block.compute_dtype
-        )
-        _, scores, _ = attention(
-            h, cache=cache, cache_update_index=0, use_causal_mask=True, return_attention_scores=True
-        )
-        return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
+    scores = model.attention_scores(tokens, block_index)
+    return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
 
 
 def write_continuation(args, run, model, music_data, held_out):

@@ -50,7 +50,7 @@ from keras_selfattn.models import (  # noqa: E402
     RsqrtWarmupSchedule,
     transformer_translation,
 )
-from keras_selfattn.models.decoding import embed_tokens, layers_by_name, numbered_layers  # noqa: E402
+from keras_selfattn.models.sequence_models import TranslationTransformer  # noqa: E402
 from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
 
 MODEL_NAME = "transformer_translation"
@@ -499,28 +499,11 @@ def write_translations(run, pairs, translations):
 def cross_attention(model, source_ids, target_ids, block_index=-1):
     """`[heads, target, source]` attention weights of one decoder block over
     the source, for the model's decoder inputs (start token, then
-    `target_ids`), from a forward pass of the model's own layers."""
-    from keras_selfattn.layers.transformer_block_parts import residual_connection
-    from keras_selfattn.models.decoding import encode
-
-    layers = layers_by_name(model)
+    `target_ids`)."""
+    model = TranslationTransformer.from_model(model)
     source = keras.ops.convert_to_tensor(np.asarray(source_ids, "int32")[None])
     decoder_inputs = keras.ops.convert_to_tensor(np.asarray([0] + list(target_ids), "int32")[None])
-    encoder_outputs, mask = encode(layers, source)
-    blocks = numbered_layers(layers, "decoder_block_")
-    target = block_index % len(blocks)
-    x = embed_tokens(layers["target_embedding"], decoder_inputs, layers.get("target_position"))
-    for block in blocks[:target]:
-        x = block(x, encoder_outputs=encoder_outputs, encoder_padding_mask=mask)
-    block = blocks[target]
-    x = residual_connection(
-        x, lambda h: block.self_attention(h, use_causal_mask=True), block._self_attention_norm,
-        block._residual_dropout, block.norm_first, False,
-    )
-    query = block._cross_attention_norm(x) if block.norm_first else x
-    _, scores = block.cross_attention(
-        query, encoder_outputs, value_mask=mask, return_attention_scores=True
-    )
+    scores = model.attention_scores(source, decoder_inputs, block_index)["cross"]
     return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
 
 

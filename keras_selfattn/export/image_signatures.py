@@ -10,7 +10,7 @@ ROWS = request_checks.ROWS
 
 
 def image_endpoints(image):
-    """`[(name, function, input signature)]` for an `ImageModel`."""
+    """`[(name, function, input signature)]` for an `ImageTransformer`."""
     if image.low_resolution_shape is not None:
         return [_super_resolve_endpoint(image)]
     return [_sample_endpoint(image), _complete_endpoint(image)]
@@ -33,7 +33,7 @@ def _settings_specs():
 
 
 def _class_checks(image, class_label):
-    num_classes = image.layers["class_embedding"].input_dim
+    num_classes = image.num_classes
     return request_checks.in_range(
         "class_label", class_label, 0, num_classes - 1, f"a class in [0, {num_classes})"
     )

@@ -7,7 +7,8 @@ import tempfile
 import keras
 
 from keras_selfattn.export.contract import check_serving_contract
-from keras_selfattn.generation import families
+from keras_selfattn.models.image_models import ImageTransformer
+from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 
 DEFAULT_MAX_LENGTH = {"sequence": 2048, "translation": 256}
 
@@ -84,8 +85,8 @@ def export_for_serving(
         )
     if not isinstance(name, str) or not name or os.sep in name:
         raise ValueError(f"`name` must be a folder name for the model. Received: name={name!r}")
-    family, layers = _family(model)
-    endpoints, resources = _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length)
+    family, model = _family(model)
+    endpoints, resources = _endpoints(model, family, tokenizer, beam_size, alpha, max_length)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)
     os.makedirs(model_dir, exist_ok=True)
@@ -101,14 +102,14 @@ def export_for_serving(
 
 
 def _family(model):
-    """`("sequence" | "translation" | "image", layers or ImageModel)`."""
-    for family, read in (
-        ("sequence", families.decoder_only_layers),
-        ("translation", families.translation_layers),
-        ("image", families.ImageModel),
+    """`("sequence" | "translation" | "image", the model as its family's class)`."""
+    for family, model_class in (
+        ("sequence", MusicTransformer),
+        ("translation", TranslationTransformer),
+        ("image", ImageTransformer),
     ):
         try:
-            return family, read(model)
+            return family, model_class.from_model(model)
         except ValueError:
             continue
     raise ValueError(
@@ -118,24 +119,24 @@ def _family(model):
     )
 
 
-def _endpoints(model, family, layers, tokenizer, beam_size, alpha, max_length):
+def _endpoints(model, family, tokenizer, beam_size, alpha, max_length):
     from keras_selfattn.export import image_signatures, sequence_signatures
 
-    is_dmol = family == "image" and layers.is_dmol
+    is_dmol = family == "image" and model.is_dmol
     endpoints = [_forward_endpoint(model, "dmol_params" if is_dmol else "logits")]
     if family == "image":
-        return endpoints + image_signatures.image_endpoints(layers), []
+        return endpoints + image_signatures.image_endpoints(model), []
     if tokenizer is not None and family != "translation":
         raise ValueError(f"`tokenizer` is for translation models only. Received a {family} model")
-    max_length = _max_length(max_length, family, layers)
+    max_length = _max_length(max_length, family, model)
     if family == "sequence":
-        return endpoints + [sequence_signatures.generate_endpoint(layers, max_length)], []
+        return endpoints + [sequence_signatures.generate_endpoint(model, max_length)], []
     if tokenizer is None:
         return endpoints, []
     # `translate_tokens` checks `beam_size` and `alpha` when the signature is traced.
     sentencepiece, eos_id = _sentencepiece(tokenizer)
     translate = sequence_signatures.translate_endpoint(
-        model, layers, sentencepiece, eos_id, max_length, beam_size, alpha
+        model, sentencepiece, eos_id, max_length, beam_size, alpha
     )
     # The tokenizer's resource must be tracked by the exported object, or
     # saving fails on an untracked resource.
@@ -155,8 +156,8 @@ def _forward_endpoint(model, output_name):
     return "serving_default", forward, [dict(zip(names, specs))]
 
 
-def _max_length(max_length, family, layers):
-    limit = families.maximum_length(layers)
+def _max_length(max_length, family, model):
+    limit = model.max_length
     if max_length is None:
         return limit or DEFAULT_MAX_LENGTH[family]
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:

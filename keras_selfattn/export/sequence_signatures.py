@@ -9,11 +9,11 @@ from keras_selfattn.generation.sequences import extend_sequence, translate_token
 ROWS = request_checks.ROWS
 
 
-def generate_endpoint(layers, max_length):
+def generate_endpoint(model, max_length):
     """`generate(primer, max_new_tokens, temperature, top_k, top_p, seed)`
     -> `{"tokens": int32 [B, T + max(max_new_tokens)]}`, zeros past each
     row's own count; each row as `continue_sequence` gives it alone."""
-    vocab_size = layers["logits"].units
+    vocab_size = model.vocabulary_size
 
     def generate(primer, max_new_tokens, temperature, top_k, top_p, seed):
         primer_length = tf.shape(primer)[1]
@@ -36,7 +36,7 @@ def generate_endpoint(layers, max_length):
         def choose(logits, index):
             return choose_tokens_by_row(logits, seed, index, temperature, top_k, top_p)
 
-        tokens = extend_sequence(layers, primer, count, choose)
+        tokens = extend_sequence(model, primer, count, choose)
         own_length = primer_length + max_new_tokens
         kept = tf.range(tf.shape(tokens)[1])[None, :] < own_length[:, None]
         return {"tokens": tf.where(kept, tokens, 0)}
@@ -52,11 +52,11 @@ def generate_endpoint(layers, max_length):
     return "generate", generate, signature
 
 
-def translate_endpoint(model, layers, tokenizer, eos_id, max_length, beam_size, alpha):
+def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha):
     """`translate(text)` -> `{"translation", "tokens", "score"}`: the
     SentencePiece `tokenizer` (which appends `eos_id`) in the graph, then
     `translate_tokens`' beam search (greedy for `beam_size` 1)."""
-    source_limit = getattr(layers.get("source_position"), "sequence_length", None)
+    source_limit = model.max_source_length
 
     def translate(text):
         utf8 = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")

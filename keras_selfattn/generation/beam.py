@@ -19,12 +19,11 @@ import math
 import keras
 from keras import ops
 
-from keras_selfattn.models.decoding import decoder_logits, initial_caches
 
-
-def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id, sampling):
-    """Best `[batch, max_length]` int32 translations by GNMT-penalised score,
-    and their float32 `[batch]` scores."""
+def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id, sampling):
+    """Best `[batch, max_length]` int32 translations of the
+    `TranslationTransformer` `model` by GNMT-penalised score, and their
+    float32 `[batch]` scores."""
     if keras.backend.backend() != "tensorflow":
         raise ValueError(
             "`beam_size` > 1 runs tf-models-official's beam search, which needs the "
@@ -51,7 +50,7 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
     padded_decode = batch_size is not None  # static shapes, as XLA needs
     if batch_size is None:
         batch_size = tf.shape(encoder_outputs)[0]
-    caches = initial_caches(layers, batch_size, max_length)
+    caches = model.initial_caches(batch_size, max_length)
     cache_shapes = [tuple(cache.shape[1:]) for cache in caches]
     compute_dtype = caches[0].dtype
     source_length = encoder_outputs.shape[1] or tf.shape(encoder_outputs)[1]
@@ -69,8 +68,7 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
             for flat, shape in zip(state["caches"], cache_shapes)
         ]
         encoded = tf.reshape(state["encoder_outputs"], (rows, source_length, width))
-        logits, caches = decoder_logits(
-            layers,
+        logits, caches = model.call_with_cache(
             ids[:, -1:],
             caches,
             index,
@@ -81,7 +79,7 @@ def beam_search(layers, encoder_outputs, padding_mask, max_length, beam_size, al
 
     search = _truncated_hypotheses_compete()(
         symbols_to_logits,
-        vocab_size=layers["logits"].units,
+        vocab_size=model.vocabulary_size,
         beam_size=beam_size,
         alpha=float(alpha),
         max_decode_length=max_length,

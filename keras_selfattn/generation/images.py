@@ -4,7 +4,6 @@ import numpy as np
 from keras import ops
 
 from keras_selfattn.generation.execution import graph_when_eager
-from keras_selfattn.generation.families import ImageModel
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
     choose_pixels,
@@ -12,11 +11,7 @@ from keras_selfattn.generation.sampling import (
     resolve_seed,
 )
 from keras_selfattn.models.image_common import position_grid
-from keras_selfattn.models.image_decoding import (
-    generation_order,
-    image_decoder_step,
-    initial_image_caches,
-)
+from keras_selfattn.models.image_models import ImageTransformer
 
 
 @graph_when_eager
@@ -80,7 +75,7 @@ def sample_images(
     >>> tuple(sample_images(model, 2, seed=0).shape)
     (2, 2, 2, 3)
     """
-    image = ImageModel(model)
+    image = ImageTransformer.from_model(model)
     check_sampling_arguments(temperature, top_k, top_p)
     if image.is_dmol and (top_k != 0 or top_p != 1.0):
         raise ValueError(
@@ -109,21 +104,21 @@ def sample_images(
 def generate_image(
     image, batch_size, choose, *, class_labels=None, low_resolution=None, known_pixels=None, known_rows=0
 ):
-    """uint8 `[batch, H, W, C]` images of the `ImageModel` `image`, each step's
+    """uint8 `[batch, H, W, C]` images of the `ImageTransformer` `image`, each step's
     value `choose(outputs, index)` of one cached step.
 
     `known_rows` is an int or an int `[batch]` tensor (one count per image,
     as a serving signature takes it); the top `known_rows` rows of
     `known_pixels` are fed to the model unchanged.
     """
-    layers, config, image_shape = image.layers, image.config, image.image_shape
+    config, image_shape = image.decoder_config, image.image_shape
     condition, encoded = None, {}
     if class_labels is not None:
-        condition = layers["class_embedding"](class_labels)
+        condition = image.class_condition(class_labels)
     if low_resolution is not None:
         encoded = image.encode_low_resolution(low_resolution)
 
-    order = generation_order(image_shape, config)
+    order = image.generation_order()
     columns = position_grid(image_shape, config["head"])[1]
     raster_index = order[:, 0] * columns + order[:, 1]  # of each step
     value_shape = (3,) if image.is_dmol else ()
@@ -136,9 +131,7 @@ def generate_image(
 
     def step(index, state):
         values, previous, caches = state
-        outputs, caches = image_decoder_step(
-            layers, config, image_shape, previous, index, caches, condition, **encoded
-        )
+        outputs, caches = image.call_with_cache(previous, index, caches, condition, **encoded)
         chosen = choose(outputs, index)
         if known is not None:
             keep, known_values = known
@@ -150,7 +143,7 @@ def generate_image(
 
     values = ops.zeros((batch_size, raster_index.size) + value_shape, "int32")
     previous = ops.zeros((batch_size,) + value_shape, "int32")
-    caches = initial_image_caches(layers, batch_size, image_shape, config)
+    caches = image.initial_caches(batch_size)
     values, _, _ = ops.fori_loop(0, raster_index.size, step, (values, previous, caches))
     raster = ops.take(values, np.argsort(raster_index), axis=1)
     return ops.cast(ops.reshape(raster, (-1,) + tuple(image_shape)), "uint8")

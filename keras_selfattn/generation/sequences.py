@@ -4,17 +4,12 @@ import keras
 from keras import ops
 
 from keras_selfattn.generation.execution import graph_when_eager
-from keras_selfattn.generation.families import (
-    decoder_only_layers,
-    maximum_length,
-    translation_layers,
-)
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.models.decoding import decoder_logits, encode, initial_caches
+from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 
 START_ID = 0
 
@@ -59,11 +54,11 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
     >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
     (1, 5)
     """
-    layers = decoder_only_layers(model)
+    model = MusicTransformer.from_model(model)
     check_sampling_arguments(temperature, top_k, top_p)
     primer = _int_tokens("primer", primer)
     primer_length = primer.shape[1]
-    limit = maximum_length(layers)
+    limit = model.max_length
     if limit is not None and primer_length > limit:
         raise ValueError(
             f"`primer` is longer than the model's maximum length {limit}. "
@@ -75,12 +70,12 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
     def choose(logits, index):
         return choose_tokens(logits, seed, index, temperature, top_k, top_p)
 
-    return extend_sequence(layers, primer, max_new_tokens, choose)
+    return extend_sequence(model, primer, max_new_tokens, choose)
 
 
-def extend_sequence(layers, primer, max_new_tokens, choose):
+def extend_sequence(model, primer, max_new_tokens, choose):
     """The primer followed by `max_new_tokens` tokens, each `choose(logits
-    [batch, vocab], index)` of one cached step of the decoder `layers`.
+    [batch, vocab], index)` of one cached step of the `MusicTransformer`.
 
     The primer's length and `max_new_tokens` may be tensors (a serving
     signature's dynamic lengths); the primer is at least one token long.
@@ -88,12 +83,12 @@ def extend_sequence(layers, primer, max_new_tokens, choose):
     primer_length = ops.shape(primer)[1]
     total_length = primer_length + max_new_tokens
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
-    caches = initial_caches(layers, ops.shape(primer)[0], total_length)
-    _, caches = decoder_logits(layers, primer[:, :-1], caches, 0)
+    caches = model.initial_caches(ops.shape(primer)[0], total_length)
+    _, caches = model.call_with_cache(primer[:, :-1], caches, 0)
 
     def step(index, state):
         tokens, caches = state
-        logits, caches = decoder_logits(layers, _column(tokens, index), caches, index)
+        logits, caches = model.call_with_cache(_column(tokens, index), caches, index)
         return _write_column(tokens, index + 1, choose(logits[:, -1], index)), caches
 
     tokens, _ = ops.fori_loop(primer_length - 1, total_length - 1, step, (tokens, caches))
@@ -156,12 +151,11 @@ def translate_tokens(
     >>> tuple(translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape)
     (1, 4)
     """
-    layers = translation_layers(model)
+    model = TranslationTransformer.from_model(model)
     check_sampling_arguments(temperature, top_k, top_p)
     source_tokens = _int_tokens("source_tokens", source_tokens, static_length=False)
-    limit = maximum_length(layers)
-    _check_count("max_length", max_length, limit)
-    vocab_size = layers["logits"].units
+    _check_count("max_length", max_length, model.max_length)
+    vocab_size = model.vocabulary_size
     if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocab_size:
         raise ValueError(
             f"`eos_id` must be an integer in [1, {vocab_size}) (0 is padding and the start "
@@ -169,12 +163,12 @@ def translate_tokens(
         )
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"`beam_size` must be an integer >= 1. Received: beam_size={beam_size!r}")
-    encoder_outputs, padding_mask = encode(layers, source_tokens)
+    encoder_outputs, padding_mask = model.encode(source_tokens)
     if beam_size > 1:
         from keras_selfattn.generation.beam import beam_search
 
         tokens, scores = beam_search(
-            layers, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
+            model, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
             sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p),
         )
         return (tokens, scores) if return_scores else tokens
@@ -183,14 +177,14 @@ def translate_tokens(
     tokens = ops.full((batch_size, max_length + 1), START_ID, dtype="int32")
     finished = ops.zeros((batch_size,), dtype="bool")
     log_probability = ops.zeros((batch_size,), dtype="float32")
-    caches = initial_caches(layers, batch_size, max_length)
+    caches = model.initial_caches(batch_size, max_length)
 
     def unfinished(index, tokens, finished, log_probability, caches):
         return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
     def step(index, tokens, finished, log_probability, caches):
-        logits, caches = decoder_logits(
-            layers, _column(tokens, index), caches, index, encoder_outputs, padding_mask
+        logits, caches = model.call_with_cache(
+            _column(tokens, index), caches, index, encoder_outputs, padding_mask
         )
         chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)
         chosen = ops.where(finished, 0, chosen)

@@ -11,6 +11,7 @@ from keras_selfattn.models.image_decoding import (
     image_decoder_step,
     initial_image_caches,
 )
+from keras_selfattn.models.image_models import ImageTransformer, SuperResolutionTransformer
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,
@@ -19,6 +20,7 @@ from keras_selfattn.models.losses import (
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, music_transformer
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
+from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 from keras_selfattn.models.super_resolution import (
     SUPER_RESOLUTION_PRESETS,
     image_super_resolution,

@@ -200,6 +200,26 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None, num_
     return layers
 
 
+def decoder_inputs(layers, pixels, config, image_shape, condition=None, position_condition=None):
+    """The input of the first decoder block for `pixels`, in the attention
+    layout: each position's embedded previous value (in generation order),
+    the conditions and the position signal (arguments as `decode_image`)."""
+    embedding = layers["pixel_embedding"]
+    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
+    grid = embed_pixels(pixels, embedding, config["head"], num_values)
+    x = to_attention_layout(grid, config["attention"])
+    x = shift_right(x, config["attention"], config["query_shape"])
+    if "pixel_dropout" in layers:
+        # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
+        keep = layers["pixel_dropout"](ops.ones_like(x[..., :1]))
+        x = x * ops.cast(keep > 0, x.dtype)
+    if condition is not None:
+        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
+    if position_condition is not None:
+        x = x + position_condition
+    return x + layers["target_position"](x)
+
+
 def decode_image(
     layers, pixels, config, image_shape, condition=None, encoder_outputs=None, position_condition=None
 ):
@@ -219,20 +239,7 @@ def decode_image(
             layout of the decoder input (the upsampled low-resolution image
             of super-resolution), added after the shift.
     """
-    embedding = layers["pixel_embedding"]
-    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
-    grid = embed_pixels(pixels, embedding, config["head"], num_values)
-    x = to_attention_layout(grid, config["attention"])
-    x = shift_right(x, config["attention"], config["query_shape"])
-    if "pixel_dropout" in layers:
-        # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
-        keep = layers["pixel_dropout"](ops.ones_like(x[..., :1]))
-        x = x * ops.cast(keep > 0, x.dtype)
-    if condition is not None:
-        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
-    if position_condition is not None:
-        x = x + position_condition
-    x = x + layers["target_position"](x)
+    x = decoder_inputs(layers, pixels, config, image_shape, condition, position_condition)
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     for block in numbered_layers(layers, "decoder_block_"):
         x = block(x, **cross)

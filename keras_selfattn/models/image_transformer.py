@@ -8,6 +8,7 @@ from keras_selfattn.models.image_common import (
     decode_image,
     image_decoder_layers,
 )
+from keras_selfattn.models.image_models import ImageTransformer
 
 IMAGE_PRESETS = {
     # The paper's CIFAR-10 configuration (tensor2tensor imagetransformer
@@ -49,7 +50,8 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
             `memory_flange`, `num_mixtures`.
 
     Returns:
-        A `keras.Model`.
+        An `ImageTransformer`, whose methods give its cached step and the
+        decoder settings generation reads.
     """
     config = resolve_preset("image_transformer", IMAGE_PRESETS, preset, overrides)
     image_shape = tuple(image_shape)
@@ -71,4 +73,4 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
         )
         condition = class_embedding(inputs["class_label"])
     outputs = decode_image(layers, pixels, config, image_shape, condition=condition)
-    return keras.Model(inputs, outputs, name="image_transformer")
+    return ImageTransformer(inputs, outputs, name="image_transformer")

@@ -14,6 +14,7 @@ from keras_selfattn.models.config import (
     resolve_preset,
 )
 from keras_selfattn.models.decoding import decoder_logits, output_layer
+from keras_selfattn.models.sequence_models import MusicTransformer
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute")
 
@@ -56,7 +57,8 @@ def music_transformer(vocab_size, preset="maestro", **overrides):
             `"absolute"`).
 
     Returns:
-        A `keras.Model`. Cached decoding uses `keras_selfattn.models.decoding`.
+        A `MusicTransformer`, whose methods give its cached step
+        (`call_with_cache`, `initial_caches`) and attention weights.
     """
     check_vocabulary_size("vocab_size", vocab_size)
     config = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
@@ -77,7 +79,7 @@ def music_transformer(vocab_size, preset="maestro", **overrides):
     layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
     layers["logits"] = output_layer(vocab_size)
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    return keras.Model(tokens, decoder_logits(layers, tokens), name="music_transformer")
+    return MusicTransformer(tokens, decoder_logits(layers, tokens), name="music_transformer")
 
 
 def _self_attention(config):

@@ -18,6 +18,7 @@ from keras_selfattn.models.image_common import (
     to_attention_layout,
     values_from_differences,
 )
+from keras_selfattn.models.image_models import SuperResolutionTransformer
 
 # The interpolation prior's standard deviation (pixel values) before training.
 INITIAL_PRIOR_WIDTH = 8.0
@@ -85,7 +86,8 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
             `upsampler_width`, their channels.
 
     Returns:
-        A `keras.Model`.
+        A `SuperResolutionTransformer`, whose methods give its cached step
+        and the encoding of the low-resolution image its steps read.
     """
     config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, preset, overrides)
     low_shape, high_shape = tuple(low_shape), tuple(high_shape)
@@ -119,7 +121,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     )
     if categorical:
         outputs = values_from_differences(outputs, estimates) + _interpolation_prior(upsampled)
-    return keras.Model(
+    return SuperResolutionTransformer(
         {"low_resolution": low, "pixels": pixels}, outputs, name="image_super_resolution"
     )
 

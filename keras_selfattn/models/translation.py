@@ -15,6 +15,7 @@ from keras_selfattn.models.config import (
     resolve_preset,
 )
 from keras_selfattn.models.decoding import decoder_logits, encode, output_layer
+from keras_selfattn.models.sequence_models import TranslationTransformer
 
 POSITIONS = ("sinusoidal", "shaw")
 
@@ -71,7 +72,8 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
             (`"sinusoidal"` or `"shaw"`), `max_relative_position`.
 
     Returns:
-        A `keras.Model`. Cached decoding uses `keras_selfattn.models.decoding`.
+        A `TranslationTransformer`, whose methods give its encoder, its
+        cached decoder step and its attention weights.
     """
     check_vocabulary_size("source_vocab_size", source_vocab_size)
     check_vocabulary_size("target_vocab_size", target_vocab_size)
@@ -90,7 +92,7 @@ def transformer_translation(source_vocab_size, target_vocab_size, preset="base",
     logits = decoder_logits(
         layers, target, encoder_outputs=encoder_outputs, encoder_padding_mask=source_mask
     )
-    return keras.Model(
+    return TranslationTransformer(
         {"source_tokens": source, "target_tokens": target}, logits, name="transformer_translation"
     )
 

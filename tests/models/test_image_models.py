@@ -2,7 +2,6 @@ import keras
 import numpy as np
 import pytest
 
-from keras_selfattn.generation.families import ImageModel
 from keras_selfattn.models.config import resolve_preset
 from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.image_decoding import (
@@ -147,7 +146,7 @@ def test_super_resolution_prior_is_centred_on_the_upsampler_estimate():
     estimate = np.asarray(model.get_layer("upsampler")(low))
     rounded = np.clip(np.round(estimate), 0, 255)
     assert np.mean(rounded != np.clip(np.round(_bicubic(low, SHAPE[:2])), 0, 255)) > 0.5
-    encoded = ImageModel(model).encode_low_resolution(low)
+    encoded = model.encode_low_resolution(low)
     np.testing.assert_array_equal(encoded["estimates"], rounded.reshape(2, -1))
     # The prior is centred on the corrected estimate, not on bicubic.
     prior = np.asarray(encoded["position_logits"]).reshape(rounded.shape + (256,))
@@ -199,7 +198,7 @@ def test_super_resolution_cached_steps_equal_the_forward_pass():
     model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
-    encoded = ImageModel(model).encode_low_resolution(low)
+    encoded = model.encode_low_resolution(low)
     assert set(encoded) == {"encoder_outputs", "position_condition", "position_logits", "estimates"}
     layers = layers_by_name(model)
     caches = initial_image_caches(layers, 2, SHAPE, config)
@@ -223,7 +222,7 @@ def _without_upsampled_features(model):
 def test_super_resolution_decoder_input_carries_the_upsampled_image():
     model = _without_upsampled_features(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     flat = np.full((1, 2, 2, 3), 100)
-    upsampled = ImageModel(model).encode_low_resolution(flat)["position_condition"]
+    upsampled = model.encode_low_resolution(flat)["position_condition"]
     table = model.get_layer("upsampled_embedding").embeddings.numpy()
     # A flat image stays flat under any interpolation: every pixel's channel c
     # is embedded as value 100 of channel c.
@@ -232,7 +231,7 @@ def test_super_resolution_decoder_input_carries_the_upsampled_image():
     # A step from 0 to 255 overshoots past both ends, clipped back to them.
     edge = np.zeros((1, 2, 2, 3), "int32")
     edge[:, :, 1] = 255
-    upsampled = ImageModel(model).encode_low_resolution(edge)["position_condition"]
+    upsampled = model.encode_low_resolution(edge)["position_condition"]
     grid = np.asarray(upsampled).reshape(SHAPE[:2] + (3, -1))
     np.testing.assert_allclose(grid[0, 0, 0], table[0], atol=1e-6)
     np.testing.assert_allclose(grid[0, -1, 0], table[255], atol=1e-6)
@@ -245,7 +244,7 @@ def test_super_resolution_decoder_input_sees_the_upsampled_image_ahead():
     # The bottom-right pixel only, by so little that the top left's bicubic
     # estimate (weight 0.005 on it) still rounds to 100.
     changed[0, 1, 1] = 110
-    encoded = [ImageModel(model).encode_low_resolution(x) for x in (low, changed)]
+    encoded = [model.encode_low_resolution(x) for x in (low, changed)]
     assert encoded[0]["estimates"][0, 0] == encoded[1]["estimates"][0, 0]
     first, other = (np.asarray(e["position_condition"])[0, 0] for e in encoded)
     # The first position generated (top left) reads the image's far corner
@@ -253,7 +252,7 @@ def test_super_resolution_decoder_input_sees_the_upsampled_image_ahead():
     assert not np.allclose(first, other)
     _without_upsampled_features(model)
     first, other = (
-        np.asarray(ImageModel(model).encode_low_resolution(x)["position_condition"])[0, 0]
+        np.asarray(model.encode_low_resolution(x)["position_condition"])[0, 0]
         for x in (low, changed)
     )
     np.testing.assert_allclose(first, other, atol=1e-6)

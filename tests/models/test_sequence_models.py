@@ -4,12 +4,7 @@ import pytest
 from keras import ops
 
 from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
-from keras_selfattn.models.decoding import (
-    decoder_logits,
-    encode,
-    initial_caches,
-    layers_by_name,
-)
+from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.music_transformer import music_transformer
 from keras_selfattn.models.translation import transformer_translation
 
@@ -17,15 +12,15 @@ RNG = np.random.default_rng(5)
 
 
 def _cached_logits(model, tokens, encoder=None):
-    layers = layers_by_name(model)
-    caches = initial_caches(layers, tokens.shape[0], tokens.shape[1])
+    """The model's logits from a loop of its own cached steps."""
+    caches = model.initial_caches(tokens.shape[0], tokens.shape[1])
     cross = {}
     if encoder is not None:
-        outputs, mask = encode(layers, encoder)
+        outputs, mask = model.encode(encoder)
         cross = dict(encoder_outputs=outputs, encoder_padding_mask=mask)
     steps = []
     for t in range(tokens.shape[1]):
-        logits, caches = decoder_logits(layers, tokens[:, t : t + 1], caches, t, **cross)
+        logits, caches = model.call_with_cache(tokens[:, t : t + 1], caches, t, **cross)
         steps.append(ops.convert_to_numpy(logits))
     return np.concatenate(steps, axis=1)
 

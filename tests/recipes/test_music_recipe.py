@@ -273,7 +273,7 @@ def test_attention_weights_are_each_heads_causal_softmax(attention):
     layers = layers_by_name(model)
     block = layers["decoder_block_0"]
     x = embed_tokens(layers["target_embedding"], tokens[None], layers.get("target_position"))
-    h = keras.ops.convert_to_numpy(block._self_attention_norm(x))[0]
+    h = keras.ops.convert_to_numpy(block.self_attention_input(x))[0]
     layer = block.self_attention
     if attention == "relative_local":
         # Each query sees its own block and the previous one (block_length 4).
