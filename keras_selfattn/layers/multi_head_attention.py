@@ -283,7 +283,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             mask=call.attention_mask,
             scale=self.logit_scale,
             dropout=self._attention_dropout(call.training),
-            return_scores=call.return_attention_scores,
+            return_attention_scores=call.return_attention_scores,
             causal=call.use_causal_mask,
             cache_update_index=0 if call.cache_update_index is None else call.cache_update_index,
             flash_attention=self.flash_attention,
@@ -328,7 +328,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             mask=attention_mask,
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
-            return_scores=return_attention_scores,
+            return_attention_scores=return_attention_scores,
             causal=use_causal_mask,
             flash_attention=self.flash_attention,
         )

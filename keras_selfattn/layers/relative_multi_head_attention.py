@@ -282,7 +282,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             output, scores = self._bidirectional_pass(query, key, value, *common)
         return heads_first(output), scores
 
-    def _causal_pass(self, query, key, value, mask, bias, training, return_scores):
+    def _causal_pass(self, query, key, value, mask, bias, training, return_attention_scores):
         """A full causal pass: the skew (`causal_relative_logits`) and the
         value rows in the attention core keep every tensor within
         `[query, key]`."""
@@ -301,7 +301,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             value_rows = ops.cast(value_rows, value.dtype)
             if value_base is not None:  # Every key's weight also goes to the base row.
                 value = value + broadcast_table(ops.cast(value_base, value.dtype), len(value.shape))
-        if not return_scores:
+        if not return_attention_scores:
             core_rows = None if value_rows is None else broadcast_table(value_rows, len(value.shape))
             dropout = self._attention_dropout(training)
             return softmax_attention(query, key, value, relative, mask, dropout, core_rows), None
@@ -331,7 +331,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         base = table[..., :1, :]
         return count, shaw_table_window(table, 1 - count, count, m) - base, base
 
-    def _bidirectional_pass(self, query, key, value, mask, bias, training, return_scores):
+    def _bidirectional_pass(self, query, key, value, mask, bias, training, return_attention_scores):
         """A full pass without the causal mask: the skew of every distance
         `-(Lq - 1) .. Lk - 1`."""
         query_length, key_length = ops.shape(query)[2], ops.shape(key)[2]
@@ -343,7 +343,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             relative = relative + ops.cast(bias, "float32")
         value_table = self.relative_value_embeddings
         output, scores, weights = self._attention_core(
-            query, key, value, relative, mask, training, return_scores, value_table is not None
+            query, key, value, relative, mask, training, return_attention_scores, value_table is not None
         )
         if value_table is not None:
             value_rows = self._table_window(value_table, query_length, count)
@@ -357,7 +357,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         return window(table, 1 - query_length, count, self.max_relative_position)
 
     def _pairwise_pass(
-        self, query, key, value, mask, bias, training, return_scores, cache_update_index,
+        self, query, key, value, mask, bias, training, return_attention_scores, cache_update_index,
         use_causal_mask,
     ):
         """A cached call: each query-key pair reads its table row (queries at
@@ -384,7 +384,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             relative = relative + ops.cast(bias, "float32")
         value_table = self.relative_value_embeddings
         output, scores, weights = self._attention_core(
-            query, key, value, relative, mask, training, return_scores, value_table is not None
+            query, key, value, relative, mask, training, return_attention_scores, value_table is not None
         )
         if value_table is not None:
             if self._is_shaw:
@@ -399,17 +399,17 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             )
         return output, scores
 
-    def _attention_core(self, query, key, value, bias, mask, training, return_scores, need_weights):
+    def _attention_core(self, query, key, value, bias, mask, training, return_attention_scores, need_weights):
         """The attention core on `[batch, heads, length, dim]` tensors:
         `(output, scores or None, weights or None)`; the weights (dropped out
         probabilities) when a relative value term needs them."""
         dropout = self._attention_dropout(training)
-        if not (need_weights or return_scores):
+        if not (need_weights or return_attention_scores):
             return softmax_attention(query, key, value, bias, mask, dropout), None, None
         scores = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)
         weights = scores if dropout is None else dropout(scores)
         output = ops.einsum("...qk,...kd->...qd", weights, value)
-        return output, (scores if return_scores else None), (weights if need_weights else None)
+        return output, (scores if return_attention_scores else None), (weights if need_weights else None)
 
     def get_config(self):
         config = super().get_config()

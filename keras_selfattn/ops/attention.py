@@ -17,7 +17,7 @@ def dot_product_attention(
     mask=None,
     scale=None,
     dropout=None,
-    return_scores=False,
+    return_attention_scores=False,
     causal=False,
     cache_update_index=0,
     flash_attention=None,
@@ -43,7 +43,7 @@ def dot_product_attention(
             logits, `True` = may attend.
         scale: logit scale; defaults to `1 / sqrt(head_dim)`.
         dropout: optional callable applied to the attention probabilities.
-        return_scores: whether to return the attention probabilities too.
+        return_attention_scores: whether to return the attention probabilities too.
         causal: whether query `i` may only attend to keys at positions
             `<= cache_update_index + i` (on top of `mask`).
         cache_update_index: absolute position of query row 0 for `causal`.
@@ -65,12 +65,12 @@ def dot_product_attention(
     if causal and not kernel_causal:
         offset_causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], cache_update_index)
         mask = merge_masks(mask, offset_causal[None, None])
-    if query.shape[1] == 1 and dropout is None and not return_scores:
+    if query.shape[1] == 1 and dropout is None and not return_attention_scores:
         return _single_query_attention(query, key, value, bias, mask, scale, kernel_causal), None
     # The fused kernels (JAX's among them) need one head size for all three.
     if (
         dropout is None
-        and not return_scores
+        and not return_attention_scores
         and value.shape[-1] == query.shape[-1]
         and _kernel_takes(bias, mask)
     ):
@@ -94,7 +94,7 @@ def dot_product_attention(
         mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
     query, key, value = (ops.transpose(x, (0, 2, 1, 3)) for x in (query, key, value))
     query = ops.multiply(query, ops.cast(scale, query.dtype))
-    if not return_scores:
+    if not return_attention_scores:
         output = softmax_attention(query, key, value, bias, mask=mask, dropout=dropout)
         return ops.transpose(output, (0, 2, 1, 3)), None
     scores = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)

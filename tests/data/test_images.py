@@ -98,7 +98,7 @@ def test_held_out_split_is_disjoint_seeded_and_sized():
     assert set(train) | set(test) == set(range(10))
     again = images.split_held_out(10, 0.2, seed=4)
     np.testing.assert_array_equal(again[1], test)
-    with pytest.raises(ValueError, match="holdout_fraction"):
+    with pytest.raises(ValueError, match="held_out_fraction"):
         images.split_held_out(10, 1.0)
 
 

@@ -47,20 +47,20 @@ def test_value_head_size_may_differ(qkv):
     np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
-def test_matches_naive_reference_with_bias_and_mask(qkv, return_scores):
+@pytest.mark.parametrize("return_attention_scores", [False, True], ids=["fused", "einsum"])
+def test_matches_naive_reference_with_bias_and_mask(qkv, return_attention_scores):
     query, key, value = qkv
     rng = np.random.default_rng(3)
     bias = rng.normal(size=(1, 3, 4, 6)).astype("float32")
     mask = rng.random((2, 4, 6)) > 0.5
     mask[1, 2] = False  # a query with no key
     output, scores = dot_product_attention(
-        query, key, value, bias=bias, mask=mask, return_scores=return_scores
+        query, key, value, bias=bias, mask=mask, return_attention_scores=return_attention_scores
     )
     expected = naive_attention(query, key, value, bias, mask[:, None])
     np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
-    assert (scores is not None) == return_scores
-    if return_scores:
+    assert (scores is not None) == return_attention_scores
+    if return_attention_scores:
         scores = ops.convert_to_numpy(scores)
         np.testing.assert_allclose(scores.sum(-1)[1, :, 2], 0.0)
         np.testing.assert_allclose(scores.sum(-1)[0], 1.0, atol=1e-6)
@@ -69,19 +69,19 @@ def test_matches_naive_reference_with_bias_and_mask(qkv, return_scores):
 def test_dropout_callable_is_applied_to_probabilities(qkv):
     query, key, value = qkv
     output, scores = dot_product_attention(
-        query, key, value, dropout=lambda probabilities: probabilities * 0.0, return_scores=True
+        query, key, value, dropout=lambda probabilities: probabilities * 0.0, return_attention_scores=True
     )
     np.testing.assert_array_equal(ops.convert_to_numpy(output), 0.0)
     np.testing.assert_allclose(ops.convert_to_numpy(scores).sum(-1), 1.0, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
-def test_fully_masked_rows_give_zeros_in_half_precision(qkv, dtype, return_scores):
+@pytest.mark.parametrize("return_attention_scores", [False, True], ids=["fused", "einsum"])
+def test_fully_masked_rows_give_zeros_in_half_precision(qkv, dtype, return_attention_scores):
     query, key, value = (ops.cast(t, dtype) for t in qkv)
     mask = np.ones((2, 4, 6), bool)
     mask[:, 0] = False
-    output, _ = dot_product_attention(query, key, value, mask=mask, return_scores=return_scores)
+    output, _ = dot_product_attention(query, key, value, mask=mask, return_attention_scores=return_attention_scores)
     output = ops.convert_to_numpy(ops.cast(output, "float32"))
     assert np.all(np.isfinite(output))
     np.testing.assert_array_equal(output[:, 0], 0.0)
@@ -89,13 +89,13 @@ def test_fully_masked_rows_give_zeros_in_half_precision(qkv, dtype, return_score
     np.testing.assert_allclose(output, expected, atol=5e-2)
 
 
-@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
-def test_causal_equals_an_explicit_lower_triangle(qkv, return_scores):
+@pytest.mark.parametrize("return_attention_scores", [False, True], ids=["fused", "einsum"])
+def test_causal_equals_an_explicit_lower_triangle(qkv, return_attention_scores):
     query, key, value = qkv
     padding = np.ones((2, 4, 6), bool)
     padding[0, :, 0] = False
     output, _ = dot_product_attention(
-        query, key, value, mask=padding, causal=True, return_scores=return_scores
+        query, key, value, mask=padding, causal=True, return_attention_scores=return_attention_scores
     )
     lower = np.tril(np.ones((4, 6), bool))
     expected = naive_attention(query, key, value, mask=(padding & lower)[:, None])
@@ -119,11 +119,11 @@ def test_single_query_matches_naive_reference(qkv, dtype):
     np.testing.assert_array_equal(ops.convert_to_numpy(output)[1], 0.0)
 
 
-@pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "einsum"])
-def test_causal_counts_from_the_cache_update_index(qkv, return_scores):
+@pytest.mark.parametrize("return_attention_scores", [False, True], ids=["fused", "einsum"])
+def test_causal_counts_from_the_cache_update_index(qkv, return_attention_scores):
     query, key, value = qkv
     output, _ = dot_product_attention(
-        query, key, value, causal=True, cache_update_index=2, return_scores=return_scores
+        query, key, value, causal=True, cache_update_index=2, return_attention_scores=return_attention_scores
     )
     # Query row i stands at position 2 + i and sees keys 0 .. 2 + i.
     offset_lower = np.arange(6)[None, :] <= np.arange(4)[:, None] + 2

@@ -22,7 +22,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 FIT_MODES = ("crop", "resize")
 
 
-def digits(holdout_fraction=0.2, seed=0):
+def digits(held_out_fraction=0.2, seed=0):
     """scikit-learn's 1,797 real 8x8 handwritten digits, split for held-out use.
 
     The 17 grey levels 0..16 are spread over 0..255 (`round(v * 255 / 16)`).
@@ -36,7 +36,7 @@ def digits(holdout_fraction=0.2, seed=0):
     data = load_digits()
     pixels = np.round(data.images * 255.0 / 16.0).astype("int32")[..., None]
     order = np.random.default_rng(seed).permutation(len(pixels))
-    test_count = int(round(holdout_fraction * len(pixels)))
+    test_count = int(round(held_out_fraction * len(pixels)))
     test, train = order[:test_count], order[test_count:]
     return (pixels[train], data.target[train]), (pixels[test], data.target[test])
 
@@ -171,15 +171,15 @@ def read_image_folder(folder, size, channels=3, *, labels_from_folders=False, fi
     return ImageFolder(pixels, labels, class_names, paths, skipped)
 
 
-def split_held_out(count, holdout_fraction=0.2, seed=0):
-    """`(train_indices, test_indices)`: a seeded random `holdout_fraction`
+def split_held_out(count, held_out_fraction=0.2, seed=0):
+    """`(train_indices, test_indices)`: a seeded random `held_out_fraction`
     of `range(count)` held out (at least one of each when `count >= 2`)."""
-    if not 0 < holdout_fraction < 1:
-        raise ValueError(f"`holdout_fraction` must be in (0, 1). Received: {holdout_fraction!r}")
+    if not 0 < held_out_fraction < 1:
+        raise ValueError(f"`held_out_fraction` must be in (0, 1). Received: {held_out_fraction!r}")
     if count < 2:
         raise ValueError(f"Splitting needs at least 2 images to hold one out. Received: {count}")
     order = np.random.default_rng(seed).permutation(count)
-    test_count = min(max(1, int(round(holdout_fraction * count))), count - 1)
+    test_count = min(max(1, int(round(held_out_fraction * count))), count - 1)
     return np.sort(order[test_count:]), np.sort(order[:test_count])
 
 

@@ -108,8 +108,8 @@ def _to_uint8(image):
     return np.clip(np.round(image), 0, 255).astype("uint8")
 
 
-def held_out_sources(names, holdout_fraction=0.2, seed=0):
-    """The held-out source names: a seeded `holdout_fraction` of the photos
+def held_out_sources(names, held_out_fraction=0.2, seed=0):
+    """The held-out source names: a seeded `held_out_fraction` of the photos
     and, separately, of the faces (so both kinds are in both splits)."""
     rng = np.random.default_rng(seed)
     held_out = set()
@@ -119,15 +119,15 @@ def held_out_sources(names, holdout_fraction=0.2, seed=0):
     ):
         if len(group) < 2:
             continue
-        count = min(max(1, int(round(holdout_fraction * len(group)))), len(group) - 1)
+        count = min(max(1, int(round(held_out_fraction * len(group)))), len(group) - 1)
         held_out.update(rng.choice(sorted(group), count, replace=False).tolist())
     return held_out
 
 
-def split_by_source(pictures, size, holdout_fraction=0.2, seed=0, **patch_options):
+def split_by_source(pictures, size, held_out_fraction=0.2, seed=0, **patch_options):
     """`(train, test)` `Patches` of `pictures` (`{name: [H, W, C]}`), no source
     in both. `patch_options` go to `picture_patches`."""
-    held_out = held_out_sources(list(pictures), holdout_fraction, seed)
+    held_out = held_out_sources(list(pictures), held_out_fraction, seed)
     splits = {True: ([], []), False: ([], [])}
     for name, picture in pictures.items():
         patches = picture_patches(name, picture, size, **patch_options)
@@ -141,10 +141,10 @@ def split_by_source(pictures, size, holdout_fraction=0.2, seed=0, **patch_option
     return train, test
 
 
-def embedded_patches(size=32, channels=1, holdout_fraction=0.2, seed=0):
+def embedded_patches(size=32, channels=1, held_out_fraction=0.2, seed=0):
     """The embedded super-resolution data: `(train, test)` `Patches` of
     scikit-image's bundled photos and `lfw_subset` faces, held out by source."""
-    return split_by_source(source_pictures(channels), size, holdout_fraction, seed)
+    return split_by_source(source_pictures(channels), size, held_out_fraction, seed)
 
 
 # ------------------------------------------- low resolution and baselines
