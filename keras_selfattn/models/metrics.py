@@ -237,3 +237,21 @@ def psnr(reference, images):
 def ssim(reference, images):
     """Mean SSIM over the images."""
     return float(np.mean(ssim_per_image(reference, images)))
+
+
+def translation_scores(hypotheses, references, tokenize="13a"):
+    """sacrebleu corpus BLEU and chrF of `hypotheses` against one reference
+    each, with the metrics' signatures (what makes them comparable)."""
+    import sacrebleu
+
+    bleu = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "bleu_details": str(bleu_score),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
