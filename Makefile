@@ -34,7 +34,7 @@ test-fast: install
 	$(PYTEST) tests -m "not slow"
 
 benchmark: install
-	$(PYTHON) benchmarks/attention.py
+	$(PYTHON) -m benchmarks.attention
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -5,13 +5,14 @@ the Keras layer with the same weights (causal self-attention, batch 1, width
 512, 8 heads), and the time of one cached decoding step at position L against
 recomputing the whole causal prefix.
 
-    python benchmarks/attention.py [--lengths 256 1024 2048]
+    python -m benchmarks.attention [--lengths 256 1024 2048]
 """
 
 import argparse
 
 import keras
-from common import (
+
+from benchmarks.common import (
     compiled,
     measure_in_turns,
     median_seconds,
@@ -19,7 +20,6 @@ from common import (
     print_table,
     random_inputs,
 )
-
 from keras_selfattn import MultiHeadAttention
 
 WIDTH, NUM_HEADS = 512, 8

@@ -10,13 +10,10 @@ and peak memory is the compiled program's temporary plus output buffers.
 
 import os
 import statistics
-import sys
 import time
 
 import keras
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def forward_backward(layer, inputs, call_kwargs=None):

@@ -22,18 +22,17 @@ TensorFlow Serving runs it):
 3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
    forward pass per sub-pixel), `local_1d` and `local_2d`.
 
-    python benchmarks/generation.py            # the issue's sizes
-    python benchmarks/generation.py --quick    # small sizes for a CPU
+    python -m benchmarks.generation            # the issue's sizes
+    python -m benchmarks.generation --quick    # small sizes for a CPU
 """
 
 import argparse
 import time
 
-from common import print_table  # noqa: E402  (sets the import path)
-
 import numpy as np
 import tensorflow as tf
 
+from benchmarks.common import print_table
 from keras_selfattn.generation import continue_sequence, sample_images
 from keras_selfattn.models import image_transformer, music_transformer
 

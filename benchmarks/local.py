@@ -12,15 +12,14 @@ memory of
 with the ratios to global attention; then how each grows from 16 x 16 to
 64 x 64 images (768 to 12288 positions).
 
-Run: `.venv/bin/python benchmarks/local.py` (`KERAS_BACKEND=jax` for JAX).
+Run: `.venv/bin/python -m benchmarks.local` (`KERAS_BACKEND=jax` for JAX).
 `--skip-global-above N` leaves global attention out beyond N positions
 (64 x 64 x 3 needs about 7 GB and several seconds a step on a CPU).
 """
 
 import argparse
 
-from common import measure_in_turns, megabytes, print_table, random_inputs
-
+from benchmarks.common import measure_in_turns, megabytes, print_table, random_inputs
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention

@@ -12,7 +12,7 @@ causal self-attention, for:
 - naive Shaw: the same Shaw attention with the `[L, L, key_dim]` key and
   value relation tensors materialised, as in Shaw et al.'s formulation.
 
-Run: `.venv/bin/python benchmarks/relative.py [--lengths 512 1024 2048]
+Run: `.venv/bin/python -m benchmarks.relative [--lengths 512 1024 2048]
 [--variants skew shaw ...] [--loss sum|square]` (the anchor always runs);
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
 
@@ -29,8 +29,7 @@ import argparse
 import keras
 from keras import ops
 
-# `common` puts the repository on `sys.path`: import it first.
-from common import measure_in_turns, megabytes, print_table, random_inputs
+from benchmarks.common import measure_in_turns, megabytes, print_table, random_inputs
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.ops.relative import relative_distances, shaw_table_rows

@@ -8,8 +8,11 @@ and 8: the p50 and p99 latency of `--requests` sequential requests each way,
 their ratio, and a check that the tokens agree. Then the loader under load:
 8 concurrent clients x 50 `generate` requests, failures and p50/p99.
 
-    python benchmarks/serving.py             # the issue's sizes
-    python benchmarks/serving.py --quick     # fewer requests
+    PYTHONPATH=serving python -m benchmarks.serving             # the issue's sizes
+    PYTHONPATH=serving python -m benchmarks.serving --quick     # fewer requests
+
+The TF Serving emulator (tests/serving/emulator) imports serving/'s request
+rules by their module names, so serving/ goes on the import path.
 """
 
 import argparse
@@ -17,11 +20,10 @@ import io
 import tempfile
 import time
 
-from common import print_table  # noqa: E402  (sets the import path)
-
 import numpy as np
 import sentencepiece
 
+from benchmarks.common import print_table
 from keras_selfattn.export import export_for_serving
 from keras_selfattn.generation import continue_sequence, translate_tokens
 from keras_selfattn.models import music_transformer, transformer_translation

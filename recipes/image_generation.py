@@ -23,18 +23,13 @@ SavedModel for TF Serving with the `sample` and `complete` signatures.
 """
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import harness  # sets up the environment before Keras is imported
+import keras
+import numpy as np
 
-import harness  # noqa: E402  (sets up the environment before Keras is imported)
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import image_plots  # noqa: E402
-import image_recipes  # noqa: E402
-from keras_selfattn.models import (  # noqa: E402
+from common import image_plots, image_recipes
+from keras_selfattn.models import (
     BitsPerDimension,
     MaskedSparseCategoricalCrossentropy,
     image_transformer,
@@ -245,7 +240,7 @@ def write_completions(args, run, model, test_pixels, test_labels):
 
 
 def write_attention(args, run, model, image, label=None):
-    from image_attention import attention_map
+    from common.image_attention import attention_map
 
     height, width = image.shape[:2]
     pixel = args.attention_pixel or (height // 2, width // 2)

@@ -23,21 +23,18 @@ TensorBoard logs, and with `--export_dir` a SavedModel for TF Serving.
 """
 
 import math
-import sys
 import warnings
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import harness  # noqa: E402  (sets up the environment before Keras is imported)
+from common import harness  # sets up the environment before Keras is imported
 
 # note-seq imports pydub, which warns that it has no ffmpeg; MIDI needs none.
 warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import plots  # noqa: E402
+from common import plots  # noqa: E402
 from keras_selfattn.models import (  # noqa: E402
     MaskedSparseCategoricalCrossentropy,
     NegativeLogLikelihoodPerToken,

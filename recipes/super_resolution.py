@@ -28,18 +28,12 @@ SavedModel for TF Serving with the `super_resolve` signature.
         --tfds_dir ~/tensorflow_datasets --preset celeba --mixed_precision
 """
 
-import sys
-from pathlib import Path
+from common import harness  # sets up the environment before Keras is imported
+import keras
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import harness  # noqa: E402  (sets up the environment before Keras is imported)
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import image_plots  # noqa: E402
-import image_recipes  # noqa: E402
-from keras_selfattn.models import (  # noqa: E402
+from common import image_plots, image_recipes
+from keras_selfattn.models import (
     BitsPerDimension,
     MaskedSparseCategoricalCrossentropy,
     image_super_resolution,

@@ -33,32 +33,29 @@ takes and returns strings.
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
-import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import harness  # sets up the environment before Keras is imported
+import keras
+import numpy as np
 
-import harness  # noqa: E402  (sets up the environment before Keras is imported)
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-import plots  # noqa: E402
-from keras_selfattn.models import (  # noqa: E402
+from common import plots
+from keras_selfattn.models import (
     MaskedSparseCategoricalCrossentropy,
     NegativeLogLikelihoodPerToken,
     RsqrtWarmupSchedule,
     transformer_translation,
 )
-from keras_selfattn.models.sequence_models import TranslationTransformer  # noqa: E402
-from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
+from keras_selfattn.generation import Translator
+from keras_selfattn.models.metrics import translation_scores
+from keras_selfattn.models.sequence_models import TranslationTransformer
+from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS
 
 MODEL_NAME = "transformer_translation"
 SERVING_NAME = "translation"  # the model's name in serving/models.config
 SENTENCEPIECE_FILE = "sentencepiece.model"
 DIRECTIONS = ("forward", "reverse")
 VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
-LENGTH_STEP = 8  # decoding batches pad sources to a multiple of this (fewer traces)
 
 
 def build_parser():
@@ -377,62 +374,6 @@ def model_setting(args, name):
 # ------------------------------------------------------------- evaluation
 
 
-class Translator:
-    """Held-out sentences in, translated text out, in length-sorted batches
-    of source ids padded to a few shapes (one compiled graph per shape)."""
-
-    def __init__(self, model, processor, args):
-        self.model = model
-        self.processor = processor
-        self.args = args
-
-    def source_ids(self, sentence):
-        return self.processor.encode(sentence) + [self.processor.eos_id()]
-
-    def translate(self, sentences, beam_size):
-        """`(texts, token lists)` of `sentences` in order."""
-        from keras_selfattn.generation import translate_tokens
-
-        encoded = [self.source_ids(sentence) for sentence in sentences]
-        order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
-        size = self.args.decode_batch_size
-        tokens = [None] * len(encoded)
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            width = LENGTH_STEP * math.ceil(max(len(encoded[row]) for row in rows) / LENGTH_STEP)
-            batch = np.zeros((size, width), "int32")
-            for slot, row in enumerate(rows):
-                batch[slot, : len(encoded[row])] = encoded[row]
-            result = keras.ops.convert_to_numpy(
-                translate_tokens(self.model, batch, self.args.max_length, beam_size=beam_size, alpha=self.args.alpha)
-            )
-            for slot, row in enumerate(rows):
-                tokens[row] = _until_eos(result[slot], self.processor.eos_id())
-        return [self.processor.decode(ids) for ids in tokens], tokens
-
-
-def _until_eos(ids, eos_id):
-    ids = [int(i) for i in ids]
-    return ids[: ids.index(eos_id)] if eos_id in ids else [i for i in ids if i != 0]
-
-
-def corpus_scores(hypotheses, references, tokenize):
-    """sacrebleu corpus BLEU and chrF of `hypotheses` against one reference each."""
-    import sacrebleu
-
-    bleu = sacrebleu.metrics.BLEU(tokenize=tokenize)
-    chrf = sacrebleu.metrics.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": round(bleu_score.score, 2),
-        "chrf": round(chrf_score.score, 2),
-        "bleu_details": str(bleu_score),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-    }
-
-
 def evaluate(args, run, translator, held_out):
     """Scores greedy, beam and copy-the-source translations of the held-out
     pairs (at most `--eval_pairs`, one reference each; a source held out
@@ -456,7 +397,7 @@ def evaluate(args, run, translator, held_out):
     hypotheses["copy_source"] = [source for source, _ in pairs]
     report["scores"] = {}
     for name, texts in hypotheses.items():
-        scores = corpus_scores(texts, references, args.bleu_tokenize)
+        scores = translation_scores(texts, references, args.bleu_tokenize)
         report["scores"][name] = scores
         run.log(f"held-out {name:<11}: BLEU {scores['bleu']:5.2f}  chrF {scores['chrf']:5.2f}")
     report["beam_size"], report["alpha"] = args.beam_size, args.alpha
@@ -510,7 +451,7 @@ def cross_attention(model, source_ids, target_ids, block_index=-1):
 def attention_figure(run, model, translator, samples):
     """attention.png for the first sample of 4 to 20 source pieces (else the
     first): its beam translation's attention over its source."""
-    processor = translator.processor
+    processor = translator.sentencepiece
     fitting = [s for s in samples if 4 <= len(translator.source_ids(s["source"])) <= 20]
     sample = (fitting or samples)[0]
     source_ids = translator.source_ids(sample["source"])
@@ -559,7 +500,9 @@ def main(argv=None, callbacks=()):
     )
     history = run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
     run.save_model(model, MODEL_NAME)
-    translator = Translator(model, processor, args)
+    translator = Translator(
+        model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
+    )
     evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out)
     samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
     print_samples(run, samples[: args.samples])

@@ -21,9 +21,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import client  # noqa: E402
+import client
 
 _NUMPY_DTYPES = {
     "DT_INT32": np.int32,

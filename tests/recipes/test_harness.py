@@ -3,16 +3,12 @@ and resumption from `BackupAndRestore` after an interrupted `fit`."""
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import harness  # noqa: E402
+from common import harness
 
 pytestmark = [
     pytest.mark.slow,

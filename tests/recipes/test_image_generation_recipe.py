@@ -6,7 +6,6 @@ attention weights that reproduce the layer, and the exported signatures."""
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
 import keras
@@ -14,10 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import image_attention  # noqa: E402
-import image_generation  # noqa: E402
+import image_generation
+from common import image_attention
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,7 +56,7 @@ def folder_run(image_dir, tmp_path_factory):
     argv = [
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
         "--image_dir", str(image_dir), "--labels_from_folders", "--conditional", "--image_size", "4",
-        "--channels", "3", "--holdout_fraction", "0.25", "--attention", "local_2d",
+        "--channels", "3", "--held_out_fraction", "0.25", "--attention", "local_2d",
         "--query_shape", "2,2", "--memory_flange", "1,1", "--samples", "2", "--completions", "2",
         "--seed", "1", *TINY,
     ]

@@ -6,18 +6,14 @@ import contextlib
 import io
 import json
 import math
-import sys
 from pathlib import Path
 
 import keras
 import numpy as np
+import pretty_midi
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import pretty_midi  # noqa: E402
-
-import music  # noqa: E402
+import music
 
 pytestmark = [
     pytest.mark.slow,

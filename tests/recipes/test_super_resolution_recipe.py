@@ -6,16 +6,13 @@ exported `super_resolve` signature."""
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import super_resolution  # noqa: E402
+import super_resolution
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,16 +6,12 @@ signature against the recipe's own translations, and the usage errors."""
 import contextlib
 import io
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-
-import translate  # noqa: E402
+import translate
 
 pytestmark = [
     pytest.mark.slow,

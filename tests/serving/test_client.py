@@ -14,15 +14,15 @@ import subprocess
 import sys
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.serving.serving_modules import SERVING_DIR  # also puts serving/ on the import path
+import client
+from tests.serving.fake_servers import JsonHandler, free_port
 
-import client  # noqa: E402
-from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402
-
+SERVING_DIR = Path(client.__file__).resolve().parent
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
 MODELS = {"music", "translation", "image_generation", "super_resolution"}
 

@@ -13,16 +13,16 @@ import subprocess
 import sys
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.serving.serving_modules import SERVING_DIR  # also puts serving/ on the import path
+import client
+import smoke
+from tests.serving.fake_servers import JsonHandler, free_port
 
-import client  # noqa: E402
-import smoke  # noqa: E402
-from tests.serving.fake_servers import JsonHandler, free_port  # noqa: E402
-
+SERVING_DIR = Path(client.__file__).resolve().parent
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
 
 # dtypes of the client's signature table -> DataType names of the server's metadata.

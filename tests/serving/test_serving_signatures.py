@@ -17,7 +17,6 @@ import tensorflow as tf  # noqa: E402
 
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
 from tests.serving.emulator.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
-import tests.serving.serving_modules  # noqa: E402, F401  (serving/ on the import path)
 import client  # noqa: E402
 
 GENERATE = dict(

@@ -5,7 +5,6 @@ import pytest
 
 pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels")
 
-import tests.serving.serving_modules  # noqa: E402, F401  (serving/ on the import path)
 from model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES  # noqa: E402
 from tests.serving.emulator.signature_defs import read_signatures  # noqa: E402
 

@@ -2,21 +2,20 @@
 
 The distribution and resumable-training tests start it as a separate
 process (TensorFlow's devices and cluster are fixed per process) and
-compare what it writes: the per-step losses and the final weights.
+compare what it writes: the per-step losses and the final weights. From
+the repository root:
 
-    python fit_program.py --output out.npz [--strategy mirrored|multi_worker]
+    python -m tests.training.fit_program --output out.npz [--strategy mirrored|multi_worker]
         [--backup_dir DIR --pause_at EPOCH:BATCH]
 """
 
 import argparse
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

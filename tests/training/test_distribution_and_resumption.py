@@ -12,7 +12,9 @@ import time
 import numpy as np
 import pytest
 
-PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fit_program.py")
+# Run from the repository root, so the program imports this checkout as the tests do.
+PROGRAM = "tests.training.fit_program"
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,7 +27,8 @@ pytestmark = [
 
 def _run(output, *flags, env=None):
     return subprocess.Popen(
-        [sys.executable, PROGRAM, "--output", str(output), *flags],
+        [sys.executable, "-m", PROGRAM, "--output", str(output), *flags],
+        cwd=REPOSITORY,
         env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

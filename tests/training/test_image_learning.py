@@ -1,13 +1,8 @@
 """The Image Transformer learns real images: held-out bits/dim on digits."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "recipes"))
-
-import image_generation  # noqa: E402
+import image_generation
 
 
 @pytest.mark.slow

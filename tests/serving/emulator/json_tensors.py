@@ -15,9 +15,8 @@ import math
 import numpy as np
 
 from tests.serving.emulator.tensor_wire import ServingError, as_bytes, numpy_dtype
-
-import tests.serving.serving_modules  # noqa: F401  (serving/ on the import path)
-from predict_requests import b64_object, is_b64_object, is_bytes_name, json_shape  # noqa: E402
+# serving/predict_requests.py, by its module name (serving/ is on the import path).
+from predict_requests import b64_object, is_b64_object, is_bytes_name, json_shape
 
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 # dtype -> the range of JSON integers the server takes for it (int_val holds int32).

@@ -15,9 +15,8 @@ import numpy as np
 from tests.serving.emulator.json_tensors import json_text, json_to_array, json_values, rest_error
 from tests.serving.emulator.serving_requests import DEFAULT_SIGNATURE, find_signature
 from tests.serving.emulator.tensor_wire import ServingError
-
-import tests.serving.serving_modules  # noqa: F401  (serving/ on the import path)
-from predict_requests import is_b64_object, is_named_object  # noqa: E402
+# serving/predict_requests.py, by its module name (serving/ is on the import path).
+from predict_requests import is_b64_object, is_named_object
 
 
 def _parse_body(body):

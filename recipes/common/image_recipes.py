@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-import harness
+from common import harness
 
 ATTENTION_HELP = {
     "local_1d": "local 1D: raster order cut into blocks of --block_length sub-pixels, each "
@@ -60,7 +60,7 @@ def add_image_dir_flags(group, *, labels):
         default=None,
         help="a folder of PNG/JPEG files (searched recursively) to use instead of --dataset; "
         "each image is fitted to the model's size (--fit); unreadable files are skipped, "
-        "counted and named; --holdout_fraction of the files are held out",
+        "counted and named; --held_out_fraction of the files are held out",
     )
     group.add_argument(
         "--fit",
@@ -77,7 +77,7 @@ def add_image_dir_flags(group, *, labels):
             "(IMAGE_DIR/<class>/...); needed for --conditional",
         )
     group.add_argument(
-        "--holdout_fraction",
+        "--held_out_fraction",
         type=_fraction,
         default=0.2,
         help="--image_dir: the fraction of files held out for evaluation (seeded by --seed)",
@@ -171,7 +171,7 @@ def model_overrides(args, presets, image_shape):
 
 def image_dir_split(args, run, size, channels):
     """`((train_pixels, train_labels), (test_pixels, test_labels),
-    class_names)` of `--image_dir`, `--holdout_fraction` of the files held
+    class_names)` of `--image_dir`, `--held_out_fraction` of the files held
     out; labels are `None` (and `class_names` empty) without
     `--labels_from_folders`."""
     from keras_selfattn.data.images import read_image_folder, split_held_out
@@ -183,7 +183,7 @@ def image_dir_split(args, run, size, channels):
             args.image_dir, size, channels, labels_from_folders=labels_from_folders,
             fit=args.fit, log=run.log,
         )
-        train, test = split_held_out(len(folder.pixels), args.holdout_fraction, args.seed)
+        train, test = split_held_out(len(folder.pixels), args.held_out_fraction, args.seed)
     except ValueError as error:
         raise harness.UsageError(f"--image_dir: {error}") from None
     classes = f", {len(folder.class_names)} classes ({', '.join(folder.class_names)})" if folder.class_names else ""
