@@ -10,13 +10,13 @@ Functional model with the builders' layer names) becomes one with
 
 import functools
 import math
-import weakref
 
 import keras
 
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
+from keras_selfattn.models.decoding import layers_by_name
+from keras_selfattn.models.family_model import FamilyModel
 from keras_selfattn.models.image_common import NUM_DIFFERENCES, coded_values, decoder_inputs
 from keras_selfattn.models.image_decoding import (
     generation_order,
@@ -24,13 +24,11 @@ from keras_selfattn.models.image_decoding import (
     initial_image_caches,
 )
 
-IMAGE_MODELS = "image_transformer or image_super_resolution"
 LOW_RESOLUTION_LAYERS = ("encoder_norm", "upsampled_estimate", "upsampled_condition", "interpolation_prior")
-_CONVERTED = weakref.WeakKeyDictionary()
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class ImageTransformer(keras.Model):
+class ImageTransformer(FamilyModel):
     """An Image Transformer decoder (`image_transformer` builds it).
 
     Inputs `pixels [batch, H, W, C]` (and `class_label [batch]` when
@@ -38,24 +36,18 @@ class ImageTransformer(keras.Model):
     256]` or the DMOL parameters `[batch, H, W, outputs]`.
     """
 
-    @classmethod
-    def from_model(cls, model):
-        """`model` as its image class: itself, or a plain Functional model
-        with the builders' layer names viewed as one, sharing its layers.
-        `ValueError` for any other model."""
-        if isinstance(model, cls):
-            return model
-        if not isinstance(model, keras.Model) or not _has_image_layout(model):
-            name = getattr(model, "name", type(model).__name__)
-            raise ValueError(f"`model` must be a Keras model built by {IMAGE_MODELS}. Received: model {name!r}")
-        if model not in _CONVERTED:
-            image_class = SuperResolutionTransformer if "low_resolution" in _input_shapes(model) else cls
-            _CONVERTED[model] = image_class(model.input, model.output, name=model.name)
-        return _CONVERTED[model]
+    builder_name = "image_transformer or image_super_resolution"
 
-    @functools.cached_property
-    def _named_layers(self):
-        return layers_by_name(self)
+    @classmethod
+    def _has_layout(cls, model):
+        layers = layers_by_name(model)
+        return {"pixel_embedding", "decoder_block_0", "logits"} <= set(layers) and (
+            "pixels" in _input_shapes(model)
+        )
+
+    @classmethod
+    def _view_class(cls, model):
+        return SuperResolutionTransformer if "low_resolution" in _input_shapes(model) else cls
 
     @property
     def image_shape(self):
@@ -95,10 +87,6 @@ class ImageTransformer(keras.Model):
         embedding = self._named_layers["pixel_embedding"]
         return not self.is_dmol and coded_values(embedding, self.image_shape) == NUM_DIFFERENCES
 
-    @property
-    def decoder_blocks(self):
-        return numbered_layers(self._named_layers, "decoder_block_")
-
     def generation_order(self):
         """`[positions, 2]` `(row, column)` grid coordinates in generation order."""
         return generation_order(self.image_shape, self.decoder_config)
@@ -119,12 +107,7 @@ class ImageTransformer(keras.Model):
         x = decoder_inputs(
             self._named_layers, pixels, self.decoder_config, self.image_shape, condition
         )
-        blocks = self.decoder_blocks
-        target = blocks[block]
-        for candidate in blocks:
-            if candidate is target:
-                break
-            x = candidate(x)
+        target, x = self._run_to_block(x, block)
         h = target.self_attention_input(x)
         return keras.ops.reshape(h, (-1, math.prod(h.shape[1:-1]), h.shape[-1]))
 
@@ -189,13 +172,6 @@ class SuperResolutionTransformer(ImageTransformer):
 
 def _input_shapes(model):
     return {tensor.name: tuple(tensor.shape) for tensor in model.inputs}
-
-
-def _has_image_layout(model):
-    layers = layers_by_name(model)
-    return {"pixel_embedding", "decoder_block_0", "logits"} <= set(layers) and (
-        "pixels" in _input_shapes(model)
-    )
 
 
 def _in_raster_order(x):

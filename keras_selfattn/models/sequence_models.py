@@ -8,9 +8,6 @@ Functional model with the builders' layer names) becomes one with
 `from_model`.
 """
 
-import functools
-import weakref
-
 import keras
 
 from keras_selfattn.models.decoding import (
@@ -19,43 +16,14 @@ from keras_selfattn.models.decoding import (
     encode,
     initial_caches,
     layers_by_name,
-    numbered_layers,
 )
+from keras_selfattn.models.family_model import FamilyModel
 
 _DECODER_LAYERS = ("target_embedding", "decoder_block_0", "logits")
-_CONVERTED = weakref.WeakKeyDictionary()
 
 
-class SequenceTransformer(keras.Model):
+class SequenceTransformer(FamilyModel):
     """What the decoder-only and the encoder-decoder models share."""
-
-    # The family's builder, named in errors.
-    builder_name = None
-
-    @classmethod
-    def from_model(cls, model):
-        """`model` as this class: itself, or a plain Functional model with
-        the builder's layer names (one saved before the class existed)
-        viewed as this class, sharing its layers. `ValueError` otherwise."""
-        if isinstance(model, cls):
-            return model
-        if not isinstance(model, keras.Model) or not cls._has_layout(model):
-            name = getattr(model, "name", type(model).__name__)
-            raise ValueError(
-                f"`model` must be a Keras model built by {cls.builder_name}. "
-                f"Received: model {name!r}"
-            )
-        if model not in _CONVERTED:
-            _CONVERTED[model] = cls(model.input, model.output, name=model.name)
-        return _CONVERTED[model]
-
-    @classmethod
-    def _has_layout(cls, model):
-        raise NotImplementedError
-
-    @functools.cached_property
-    def _named_layers(self):
-        return layers_by_name(self)
 
     @property
     def vocabulary_size(self):
@@ -67,10 +35,6 @@ class SequenceTransformer(keras.Model):
         """The longest target sequence the position signal covers, or `None`
         (sinusoidal and relative positions have no limit)."""
         return getattr(self._named_layers.get("target_position"), "sequence_length", None)
-
-    @property
-    def decoder_blocks(self):
-        return numbered_layers(self._named_layers, "decoder_block_")
 
     def initial_caches(self, batch_size, max_length):
         """One zero self-attention cache per decoder block,
@@ -92,13 +56,9 @@ class SequenceTransformer(keras.Model):
         """The attention scores dict of decoder block `block` (an index;
         negative counts from the last) for the decoder inputs `tokens`."""
         layers = self._named_layers
-        blocks = self.decoder_blocks
-        target = blocks[block]
         x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"))
-        for candidate in blocks:
-            if candidate is target:
-                return candidate(x, return_attention_scores=True, **encoded)[1]
-            x = candidate(x, **encoded)
+        target, x = self._run_to_block(x, block, **encoded)
+        return target(x, return_attention_scores=True, **encoded)[1]
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")

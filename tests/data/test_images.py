@@ -9,8 +9,6 @@ from PIL import Image
 from keras_selfattn.data import images
 from keras_selfattn.data.images import patches as image_patches
 
-import skimage  # noqa: E402
-
 
 def _picture(height, width, seed=0):
     """An RGB picture with a left-to-right red ramp and noise in green."""
