@@ -35,16 +35,14 @@ from keras_selfattn.models import (
     image_transformer,
 )
 
-MODEL_NAME = "image_transformer"
-SERVING_NAME = "image_generation"  # the model's name in serving/models.config
+# The trained model is <model_dir>/image_generation.keras and is served as "image_generation"
+# (serving/models.config).
+NAME = "image_generation"
 HELD_OUT_SPLITS = {"cifar10": "test", "imagenet32": "validation"}
 COMPLETIONS_PER_IMAGE = 3
 PRESETS = {
     # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
-    "small": dict(
-        preset="tiny", num_layers=4, hidden_dim=64, num_heads=4, feedforward_dim=256,
-        block_length=16, query_pixels=(4, 4),
-    ),
+    "small": dict(preset="small", query_pixels=(4, 4)),
     "tiny": dict(preset="tiny"),
     # The paper's CIFAR-10 configuration.
     "cifar10": dict(preset="cifar10"),
@@ -276,7 +274,7 @@ def main(argv=None, callbacks=()):
     with run.strategy.scope():
         model = build_model(args, image_shape, num_classes)
     run.log(
-        f"{MODEL_NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
+        f"{NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
         f"{model.count_params():,} parameters; {len(train_pixels)} training images of {image_shape}, "
         f"{len(test_pixels)} held out; training {args.epochs} epochs x {args.steps_per_epoch} "
         f"steps of {args.batch_size}"
@@ -288,7 +286,7 @@ def main(argv=None, callbacks=()):
         model, training_dataset(train, args.batch_size, args.seed),
         validation_data=(validation, validation["pixels"]), callbacks=callbacks,
     )
-    run.save_model(model, MODEL_NAME)
+    run.save_model(model, NAME)
     results = model.evaluate(test, test_pixels, batch_size=args.batch_size, verbose=0, return_dict=True)
     bits = float(results["bits_per_dim"])
     histogram = marginal_bits_per_dim(train_pixels, test_pixels)
@@ -301,7 +299,7 @@ def main(argv=None, callbacks=()):
     write_attention(args, run, model, test_pixels[0], test_labels[0] if args.conditional else None)
     report = {
         "model": {
-            "name": MODEL_NAME, "preset": args.preset, "attention": args.attention,
+            "name": NAME, "preset": args.preset, "attention": args.attention,
             "image_shape": list(image_shape), "num_classes": num_classes,
             "parameters": model.count_params(),
         },
@@ -317,7 +315,7 @@ def main(argv=None, callbacks=()):
         "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
         "completions": completions,
     }
-    run.export(model, SERVING_NAME)
+    run.export(model, NAME)
     report = run.write_report(report)
     run.finish()
     return report

@@ -43,8 +43,9 @@ from keras_selfattn.models import (  # noqa: E402
 from keras_selfattn.models.sequence_models import MusicTransformer  # noqa: E402
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
 
-MODEL_NAME = "music_transformer"
-SERVING_NAME = "music"  # the model's name in serving/models.config
+# The trained model is <model_dir>/music.keras and is served as "music"
+# (serving/models.config).
+NAME = "music"
 ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
 
 
@@ -388,7 +389,7 @@ def main(argv=None, callbacks=()):
     with run.strategy.scope():
         model = build_model(args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID)
     run.log(
-        f"{MODEL_NAME} ({args.preset}, {args.attention}): {model.count_params():,} parameters; "
+        f"{NAME} ({args.preset}, {args.attention}): {model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} x "
         f"{args.sequence_length} events"
     )
@@ -398,11 +399,11 @@ def main(argv=None, callbacks=()):
         validation_data=(validation[:, :-1], validation[:, 1:]) if len(validation) else None,
         callbacks=callbacks,
     )
-    run.save_model(model, MODEL_NAME)
+    run.save_model(model, NAME)
     run.log("evaluating on the held-out performances ...")
     report = {
         "model": {
-            "name": MODEL_NAME,
+            "name": NAME,
             "preset": args.preset,
             "attention": args.attention,
             "timing_signal": args.timing_signal,
@@ -421,7 +422,7 @@ def main(argv=None, callbacks=()):
         "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
     }
     report["continuation"] = write_continuation(args, run, model, music_data, held_out)
-    run.export(model, SERVING_NAME)
+    run.export(model, NAME)
     report = run.write_report(report)
     run.finish()
     return report

@@ -39,15 +39,13 @@ from keras_selfattn.models import (
     image_super_resolution,
 )
 
-MODEL_NAME = "super_resolution"
-SERVING_NAME = "super_resolution"  # the model's name in serving/models.config
+# The trained model is <model_dir>/super_resolution.keras and is served as "super_resolution"
+# (serving/models.config).
+NAME = "super_resolution"
 PRESETS = {
     # A CPU-sized model (3 + 2 layers of width 64, an upsampler of 6
     # convolutions): minutes per epoch on one core.
-    "small": dict(
-        preset="tiny", num_layers=3, num_encoder_layers=2, hidden_dim=64, num_heads=4,
-        feedforward_dim=128, upsampler_layers=6, upsampler_width=64,
-    ),
+    "small": dict(preset="small"),
     "tiny": dict(preset="tiny"),
     # The paper's CelebA 8x8 -> 32x32 configuration.
     "celeba": dict(preset="celeba"),
@@ -347,7 +345,7 @@ def main(argv=None, callbacks=()):
     with run.strategy.scope():
         model = build_model(args, low_shape, high_shape)
     run.log(
-        f"{MODEL_NAME} ({args.preset}, {args.attention} decoder): {model.count_params():,} "
+        f"{NAME} ({args.preset}, {args.attention} decoder): {model.count_params():,} "
         f"parameters; {low_shape} -> {high_shape}; training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
@@ -359,7 +357,7 @@ def main(argv=None, callbacks=()):
         model, training_dataset(train, args.batch_size, args.seed),
         validation_data=(validation, validation["pixels"]), callbacks=callbacks,
     )
-    run.save_model(model, MODEL_NAME)
+    run.save_model(model, NAME)
     run.log("evaluating on the held-out images ...")
     held_out, low, high, outputs = evaluate(args, run, model, test)
     write_grid(args, run, low, high, outputs)
@@ -368,7 +366,7 @@ def main(argv=None, callbacks=()):
     run.wrote("scored images (low resolution, original, each method's output)", samples)
     report = {
         "model": {
-            "name": MODEL_NAME, "preset": args.preset, "attention": args.attention,
+            "name": NAME, "preset": args.preset, "attention": args.attention,
             "low_shape": list(low_shape), "high_shape": list(high_shape),
             "parameters": model.count_params(),
         },
@@ -381,7 +379,7 @@ def main(argv=None, callbacks=()):
         "training": {k: [float(x) for x in v] for k, v in history.history.items()},
         "held_out": held_out,
     }
-    run.export(model, SERVING_NAME)
+    run.export(model, NAME)
     report = run.write_report(report)
     run.finish()
     return report

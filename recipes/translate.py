@@ -29,7 +29,7 @@ takes and returns strings.
 
     python recipes/translate.py --model_dir runs/ding --position shaw
     python recipes/translate.py --model_dir runs/wmt --wmt14 de-en --direction reverse \\
-        --preset base --steps 100000 --tokens_per_batch 4096 --vocab_size 32000 \\
+        --preset base --epochs 100 --steps_per_epoch 1000 --tokens_per_batch 4096 --vocab_size 32000 \\
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
@@ -51,8 +51,9 @@ from keras_selfattn.models.metrics import translation_scores
 from keras_selfattn.models.sequence_models import TranslationTransformer
 from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS
 
-MODEL_NAME = "transformer_translation"
-SERVING_NAME = "translation"  # the model's name in serving/models.config
+# The trained model is <model_dir>/translation.keras and is served as "translation"
+# (serving/models.config).
+NAME = "translation"
 SENTENCEPIECE_FILE = "sentencepiece.model"
 DIRECTIONS = ("forward", "reverse")
 VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
@@ -157,8 +158,8 @@ def _add_model_flags(parser):
 def _add_training_flags(parser):
     training = parser.add_argument_group("training")
     training.add_argument(
-        "--steps", type=harness.positive_int, default=2000,
-        help="optimizer steps in all; a multiple of --steps_per_epoch",
+        "--epochs", type=harness.positive_int, default=8,
+        help="training epochs (optimizer steps in all: --epochs x --steps_per_epoch)",
     )
     training.add_argument(
         "--steps_per_epoch",
@@ -229,12 +230,6 @@ def _add_evaluation_flags(parser):
 
 def parse_args(argv=None):
     args = build_parser().parse_args(argv)
-    if args.steps % args.steps_per_epoch:
-        raise harness.UsageError(
-            f"`--steps` ({args.steps}) must be a multiple of `--steps_per_epoch` "
-            f"({args.steps_per_epoch}): training runs whole epochs"
-        )
-    args.epochs = args.steps // args.steps_per_epoch
     if args.tokens_per_batch < args.max_length:
         raise harness.UsageError(
             f"`--tokens_per_batch` ({args.tokens_per_batch}) must be at least `--max_length` "
@@ -494,12 +489,12 @@ def main(argv=None, callbacks=()):
     with run.strategy.scope():
         model = build_model(args, processor.get_piece_size())
     run.log(
-        f"{MODEL_NAME} ({args.preset}, {args.position}): {model.count_params():,} parameters; "
+        f"{NAME} ({args.preset}, {args.position}): {model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of at most "
         f"{args.tokens_per_batch} tokens a side"
     )
     history = run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
-    run.save_model(model, MODEL_NAME)
+    run.save_model(model, NAME)
     translator = Translator(
         model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
     )
@@ -509,12 +504,12 @@ def main(argv=None, callbacks=()):
     write_translations(run, scored_pairs, translations)
     _, attention_source = attention_figure(run, model, translator, samples)
     run.export(
-        model, SERVING_NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
+        model, NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
         max_length=args.max_length,
     )
     report = {
         "model": {
-            "name": MODEL_NAME,
+            "name": NAME,
             "preset": args.preset,
             "position": args.position,
             "max_relative_position": model_setting(args, "max_relative_position"),

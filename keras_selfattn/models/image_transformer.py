@@ -19,6 +19,12 @@ IMAGE_PRESETS = {
         num_heads=8, feedforward_dim=2048, dropout=0.3, block_length=256,
         query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10,
     ),
+    # A CPU-sized model (the image recipe's default): 4 layers of width 64.
+    "small": dict(
+        attention="local_1d", head="categorical", num_layers=4, hidden_dim=64,
+        num_heads=4, feedforward_dim=256, dropout=0.0, block_length=16,
+        query_shape=(4, 4), memory_flange=(2, 2), num_mixtures=4,
+    ),
     "tiny": dict(
         attention="local_1d", head="categorical", num_layers=2, hidden_dim=32,
         num_heads=2, feedforward_dim=64, dropout=0.0, block_length=16,
@@ -40,7 +46,7 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
 
     Args:
         image_shape: `(height, width, channels)`.
-        preset: `"cifar10"` (the paper's) or `"tiny"`.
+        preset: `"cifar10"` (the paper's), `"small"` or `"tiny"`.
         num_classes: number of classes for class-conditional generation, or
             `None` for unconditional.
         **overrides: hyperparameters replacing the preset's: `attention`

@@ -32,6 +32,14 @@ SUPER_RESOLUTION_PRESETS = {
         query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10, pixel_dropout=0.0,
         upsampler_layers=4, upsampler_width=64,
     ),
+    # A CPU-sized model (the super-resolution recipe's default): 3 + 2 layers
+    # of width 64, an upsampler of 6 convolutions.
+    "small": dict(
+        attention="local_2d", head="categorical", num_layers=3, num_encoder_layers=2,
+        hidden_dim=64, num_heads=4, feedforward_dim=128, dropout=0.0, block_length=16,
+        query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4, pixel_dropout=0.0,
+        upsampler_layers=6, upsampler_width=64,
+    ),
     "tiny": dict(
         attention="local_2d", head="categorical", num_layers=2, num_encoder_layers=1,
         hidden_dim=32, num_heads=2, feedforward_dim=64, dropout=0.0, block_length=16,
@@ -74,7 +82,7 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     Args:
         low_shape: `(h, w, C)` of the input image.
         high_shape: `(H, W, C)` of the generated image.
-        preset: `"celeba"` (the paper's 8x8 -> 32x32) or `"tiny"`.
+        preset: `"celeba"` (the paper's 8x8 -> 32x32), `"small"` or `"tiny"`.
         **overrides: hyperparameters replacing the preset's, as for
             `image_transformer`, plus `num_encoder_layers` and
             `pixel_dropout`: the rate at which training hides whole

@@ -82,7 +82,7 @@ def test_folder_run_writes_grids_report_and_saved_model(folder_run):
 
     model_dir, report, printed = folder_run
     for name in (
-        "image_transformer.keras", "samples.png", "completions.png", "completions.npz", "attention.png",
+        "image_generation.keras", "samples.png", "completions.png", "completions.npz", "attention.png",
         "report.json",
     ):
         assert (model_dir / name).is_file(), name
@@ -107,7 +107,7 @@ def test_held_out_bits_per_dim_matches_numpy(folder_run, image_dir):
     folder = read_image_folder(image_dir, (4, 4), 3, labels_from_folders=True)
     _, test = split_held_out(len(folder.pixels), 0.25, seed=1)
     pixels, labels = folder.pixels[test], folder.labels[test]
-    model = keras.models.load_model(model_dir / "image_transformer.keras")
+    model = keras.models.load_model(model_dir / "image_generation.keras")
     logits = keras.ops.convert_to_numpy(model({"pixels": pixels, "class_label": labels})).astype("float64")
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))

@@ -103,7 +103,7 @@ def test_help_explains_every_flag():
 def test_short_run_writes_every_output_and_lists_it(short_run):
     model_dir, report, printed = short_run
     for name in (
-        "music_transformer.keras", "checkpoints/latest.keras", "continuation.mid", "piano_roll.png",
+        "music.keras", "checkpoints/latest.keras", "continuation.mid", "piano_roll.png",
         "attention.png", "report.json",
     ):
         assert (model_dir / name).is_file(), name
@@ -137,7 +137,7 @@ def test_held_out_nll_at_one_and_two_training_lengths_match_numpy(short_run, mid
     nll = report["held_out_nll_per_event"]
     assert (nll["1x"]["length"], nll["2x"]["length"]) == (SEQUENCE_LENGTH, 2 * SEQUENCE_LENGTH)
     assert report["data"]["held_out_performances"] == 1  # the csv's test file
-    model = keras.models.load_model(model_dir / "music_transformer.keras")
+    model = keras.models.load_model(model_dir / "music.keras")
     held_out = [music_data.midi_to_events(midi_dir / "d.mid")]
     for factor in ("1x", "2x"):
         length = nll[factor]["length"]
@@ -184,7 +184,7 @@ def test_saved_model_serves_the_trained_model(short_run):
     assert Path(exported).parent == model_dir / "export" / "music"  # serving/models.config's name
     served = tf.saved_model.load(exported)
     assert {"serving_default", "generate"} <= set(served.signatures)
-    model = keras.models.load_model(model_dir / "music_transformer.keras")
+    model = keras.models.load_model(model_dir / "music.keras")
     tokens = np.array([[5, 180, 300, 60, 200, 148]], "int32")
     logits = served.signatures["serving_default"](tokens=tf.constant(tokens))["logits"]
     np.testing.assert_allclose(logits.numpy(), keras.ops.convert_to_numpy(model(tokens)), atol=1e-4)
@@ -236,7 +236,7 @@ def test_mixed_precision_run_trains_saves_and_continues(midi_dir, data_dir, tmp_
     assert report["run"]["dtype_policy"] == policy
     assert np.isfinite(report["held_out_nll_per_event"]["2x"]["nll_per_event"])
     assert report["continuation"]["generated_events"] == 8
-    reloaded = keras.models.load_model(tmp_path / "music_transformer.keras")
+    reloaded = keras.models.load_model(tmp_path / "music.keras")
     assert reloaded.layers[-2].dtype_policy.name == policy
 
 

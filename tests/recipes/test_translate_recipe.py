@@ -22,7 +22,7 @@ ANIMALS = [("cat", "chat"), ("dog", "chien"), ("horse", "cheval"), ("bird", "ois
 COLOURS = [("black", "noir"), ("white", "blanc"), ("green", "vert"), ("grey", "gris")]
 MOODS = [("small", "petit"), ("tall", "grand"), ("happy", "content"), ("tired", "fatigué")]
 TINY = [
-    "--steps", "4", "--steps_per_epoch", "2", "--tokens_per_batch", "256", "--max_length", "24",
+    "--epochs", "2", "--steps_per_epoch", "2", "--tokens_per_batch", "256", "--max_length", "24",
     "--vocab_size", "40", "--held_out_fraction", "0.1", "--beam_size", "2", "--decode_batch_size", "8",
     "--samples", "3", "--verbose", "0", "--seed", "1",
 ]
@@ -79,7 +79,7 @@ def test_help_explains_every_flag():
     text = parser.format_help()
     for flag in (
         "--pairs_tsv", "--wmt14", "--direction", "--preset", "--position", "--tokens_per_batch",
-        "--steps", "--warmup_steps", "--label_smoothing", "--beam_size", "--alpha", "--strategy",
+        "--epochs", "--steps_per_epoch", "--warmup_steps", "--label_smoothing", "--beam_size", "--alpha", "--strategy",
         "--mixed_precision", "--model_dir", "--export_dir",
     ):
         assert flag in text
@@ -88,7 +88,7 @@ def test_help_explains_every_flag():
 def test_short_run_writes_every_output_and_lists_it(short_run, pairs_tsv):
     model_dir, report, printed = short_run
     for name in (
-        "transformer_translation.keras", "sentencepiece.model", "checkpoints/latest.keras", "report.json",
+        "translation.keras", "sentencepiece.model", "checkpoints/latest.keras", "report.json",
         "translations.tsv", "attention.png",
     ):
         assert (model_dir / name).is_file(), name
@@ -130,7 +130,7 @@ def test_the_model_is_tied_and_reloads(short_run):
     import keras
 
     model_dir, report, _ = short_run
-    model = keras.models.load_model(model_dir / "transformer_translation.keras")
+    model = keras.models.load_model(model_dir / "translation.keras")
     logits = model.get_layer("logits")
     assert logits.embedding is model.get_layer("source_embedding")
     assert logits.units == report["model"]["vocab_size"] == 40
@@ -165,11 +165,10 @@ def test_attention_picture_has_one_panel_per_head(short_run):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--steps", "5", "--steps_per_epoch", "2"], "`--steps` (5) must be a multiple of `--steps_per_epoch` (2)"),
         (["--tokens_per_batch", "8", "--max_length", "16"], "`--tokens_per_batch` (8) must be at least `--max_length`"),
         (["--pairs_tsv", "/no/such/file.tsv"], "`--pairs_tsv` '/no/such/file.tsv' does not exist"),
     ],
-    ids=["steps", "tokens", "missing_file"],
+    ids=["tokens", "missing_file"],
 )
 def test_bad_flags_are_usage_errors(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as raised:

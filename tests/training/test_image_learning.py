@@ -15,5 +15,5 @@ def test_held_out_bits_per_dim_beat_the_pixel_histogram(attention, tmp_path):
     assert report["pixel_histogram_bits_per_dim"] < report["uniform_bits_per_dim"] == 8.0
     # Modelling the spatial structure must beat the value histogram by far.
     assert report["held_out_bits_per_dim"] < report["pixel_histogram_bits_per_dim"] - 0.5
-    assert (tmp_path / "image_transformer.keras").exists()
+    assert (tmp_path / "image_generation.keras").exists()
 
