@@ -339,12 +339,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         key_rows = self._table_window(self.relative_key_embeddings, query_length, count)
         dots = ops.cast(dot_table_rows(query, ops.cast(key_rows, query.dtype)), "float32")
         relative = skew(dots, key_length)
-        if bias is not None:
-            relative = relative + ops.cast(bias, "float32")
-        value_table = self.relative_value_embeddings
-        output, scores, weights = self._attention_core(
-            query, key, value, relative, mask, training, return_attention_scores, value_table is not None
+        output, scores, weights = self._attend_with_relative_logits(
+            query, key, value, relative, bias, mask, training, return_attention_scores
         )
+        value_table = self.relative_value_embeddings
         if value_table is not None:
             value_rows = self._table_window(value_table, query_length, count)
             output = output + weigh_table_rows(unskew(weights), ops.cast(value_rows, weights.dtype))
@@ -380,12 +378,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 distances, self.max_relative_position, self.num_relative_rows
             )
             relative = ops.where(valid, gather_relative_logits(dots, rows), 0.0)
-        if bias is not None:
-            relative = relative + ops.cast(bias, "float32")
-        value_table = self.relative_value_embeddings
-        output, scores, weights = self._attention_core(
-            query, key, value, relative, mask, training, return_attention_scores, value_table is not None
+        output, scores, weights = self._attend_with_relative_logits(
+            query, key, value, relative, bias, mask, training, return_attention_scores
         )
+        value_table = self.relative_value_embeddings
         if value_table is not None:
             if self._is_shaw:
                 low, high = shaw_row_distances(self.max_relative_position, self.num_relative_rows)
@@ -398,6 +394,18 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 ops.cast(by_row, weights.dtype), ops.cast(value_table, weights.dtype)
             )
         return output, scores
+
+    def _attend_with_relative_logits(
+        self, query, key, value, relative, bias, mask, training, return_attention_scores
+    ):
+        """`_attention_core` with the relative logits plus the user's `bias`,
+        keeping the weights when the relative value table needs them."""
+        if bias is not None:
+            relative = relative + ops.cast(bias, "float32")
+        return self._attention_core(
+            query, key, value, relative, mask, training, return_attention_scores,
+            self.relative_value_embeddings is not None,
+        )
 
     def _attention_core(self, query, key, value, bias, mask, training, return_attention_scores, need_weights):
         """The attention core on `[batch, heads, length, dim]` tensors:
