@@ -6,6 +6,9 @@
   dictionary), SentencePiece, token-count `tf.data` batches.
 - `keras_selfattn.data.images`: digits, tensorflow-datasets image sets and
   image folders; `images.patches` for super-resolution.
+- `keras_selfattn.data.programs`: Python functions as program graphs
+  (tokens, syntax and data-flow edges) with injected variable-misuse bugs;
+  the default is the running interpreter's own standard library.
 
 Music and text keep their downloads and encodings in `cache.cache_folder(kind)`:
 `$KERAS_SELFATTN_DATA/<kind>`, else `~/.cache/keras_selfattn/<kind>`.
