@@ -114,7 +114,9 @@ def attention_heads(path, weights, query_positions, *, boundary=None, title=None
     return save_figure(figure, path)
 
 
-def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
+def token_attention(
+    path, weights, query_tokens, key_tokens, *, title=None, query_label="target", key_label="source"
+):
     """Draws each head's attention of the query tokens over the key tokens,
     one panel per head side by side, the tokens written on the axes (e.g. a
     translation's cross-attention: target pieces over source pieces).
@@ -125,6 +127,7 @@ def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
         query_tokens: one label per query row.
         key_tokens: one label per key column.
         title: the figure title.
+        query_label, key_label: the axis names of the queries and the keys.
 
     Returns:
         `path`.
@@ -145,9 +148,9 @@ def token_attention(path, weights, query_tokens, key_tokens, *, title=None):
         axis.set_xticks(range(keys), key_tokens, rotation=90, fontsize=8)
         axis.set_yticks(range(queries), query_tokens if head == 0 else [""] * queries, fontsize=8)
         axis.set_title(f"head {head + 1}")
-    axes[0, 0].set_ylabel("target")
+    axes[0, 0].set_ylabel(query_label)
     for axis in axes[0]:
-        axis.set_xlabel("source")
+        axis.set_xlabel(key_label)
     if title:
         figure.suptitle(title)
     return save_figure(figure, path)
