@@ -162,9 +162,12 @@ def test_functions_without_a_possible_bug_are_left_out_and_counted():
         "def params(a, b):\n    return a + b\n",  # 16 tokens; each read's variable occurs twice
         "def local(a, b):\n    c = 1\n    return c\n",  # 18 tokens; `c` is read and written
         "def long(a, b):\n    return a + b + a + b + a + b + a\n",  # 25 tokens
+        "def inner(a):\n    nonlocal b\n    b = a\n",  # symtable refuses it alone
     ]
     examples, counts = programs.make_examples(sources, max_tokens=20)
-    assert counts == {"no_possible_bug": 2, "kept": 2, "with_bug": sum(e.has_bug for e in examples), "too_long": 1}
+    assert counts == {
+        "no_possible_bug": 2, "kept": 2, "with_bug": sum(e.has_bug for e in examples), "too_long": 1, "failed": 1
+    }
 
 
 # --------------------------------------------------------- corpus

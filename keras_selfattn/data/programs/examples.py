@@ -15,11 +15,12 @@ Arrays put the no-bug slot at position 0 and token i at position i + 1.
 import collections
 import hashlib
 import random
+import tokenize
 from dataclasses import dataclass
 
 import numpy as np
 
-from keras_selfattn.data.programs.graphs import EDGE_TYPE_IDS, EDGE_TYPES, function_graph
+from keras_selfattn.data.programs.graphs import EDGE_TYPE_IDS, EDGE_TYPES, function_graph, tokenize_source
 
 PAD_ID = 0
 UNK_ID = 1
@@ -99,19 +100,22 @@ def replace_token(source, token, text):
 def make_examples(sources, max_tokens, seed=0):
     """Examples of the functions of at most `max_tokens` tokens with a
     possible bug; returns `(examples, counts)` where counts say how many were
-    kept, too long, without a possible bug, or failed to build."""
+    kept (`with_bug` of them), too long, without a possible bug, or failed
+    (a source `symtable` refuses alone, such as a nested function's
+    `nonlocal`)."""
     examples = []
     counts = collections.Counter()
     for source in sources:
         try:
+            if len(tokenize_source(source)) > max_tokens:  # cheaper than the graph
+                counts["too_long"] += 1
+                continue
             example = make_example(source, seed)
-        except (ValueError, SyntaxError, RecursionError):
+        except (ValueError, SyntaxError, RecursionError, tokenize.TokenError):
             counts["failed"] += 1
             continue
         if example is None:
             counts["no_possible_bug"] += 1
-        elif len(example.graph.tokens) > max_tokens:
-            counts["too_long"] += 1
         else:
             examples.append(example)
             counts["kept"] += 1
