@@ -205,7 +205,7 @@ def relation_ids(edges, max_distance, use_edges=True):
     Returns:
         int32 ids of the same shape: `1 .. len(EDGE_TYPES)` for edges, then
         `len(EDGE_TYPES) + 1 + clip(j - i) + max_distance` for distances; id 0
-        is never used. `num_relations(max_distance)` ids in all.
+        is never used; the largest is `num_relations(max_distance)`.
     """
     if max_distance < 1:
         raise ValueError(f"`max_distance` must be >= 1, got {max_distance!r}")
@@ -218,8 +218,10 @@ def relation_ids(edges, max_distance, use_edges=True):
 
 
 def num_relations(max_distance):
-    """How many relation ids `relation_ids` can give, id 0 included."""
-    return len(EDGE_TYPES) + 2 * max_distance + 2
+    """The largest id `relation_ids` gives: relations are `1 ..
+    num_relations(max_distance)`, 0 meaning none (RelationalAttention's
+    `num_relations`)."""
+    return len(EDGE_TYPES) + 2 * max_distance + 1
 
 
 def varmisuse_splits(source_dir=None, *, held_out_fraction=0.1, max_tokens=255, seed=0, max_files=0, log=print):
