@@ -45,6 +45,15 @@ from keras_selfattn.ops.masks import (
     padding_attention_mask,
     sequence_mask,
 )
+from keras_selfattn.ops.relation_graphs import (
+    edge_query_logits,
+    edge_relation_bias,
+    edge_value_term,
+    gather_relation_logits,
+    scatter_edge_logits,
+    sum_weights_by_relation,
+    with_no_relation_row,
+)
 from keras_selfattn.ops.relation_tables import (
     broadcast_table,
     dot_table_rows,
