@@ -27,6 +27,7 @@ from keras_selfattn.ops.relation_tables import (
     heads_first,
     weigh_table_rows,
 )
+from keras_selfattn.ops.attention import single_query_probabilities, weigh_values_in_place
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
 RELATIVE_TYPES = ("skew", "shaw")
@@ -268,6 +269,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         """
         # Scaling the query scales content and relative logits together.
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
+        if self._is_single_step(query, call):
+            return self._single_step_pass(
+                query, key, value, call.attention_mask, call.attention_bias,
+                call.return_attention_scores, call.cache_update_index, call.use_causal_mask,
+            )
         query, key, value = (heads_first(x) for x in (query, key, value))
         common = (
             call.attention_mask, call.attention_bias, call.training, call.return_attention_scores
@@ -281,6 +287,13 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         else:
             output, scores = self._bidirectional_pass(query, key, value, *common)
         return heads_first(output), scores
+
+    def _is_single_step(self, query, call):
+        return (
+            call.cache_update_index is not None
+            and query.shape[1] == 1
+            and self._attention_dropout(call.training) is None
+        )
 
     def _causal_pass(self, query, key, value, mask, bias, training, return_attention_scores):
         """A full causal pass: the skew (`causal_relative_logits`) and the
@@ -364,7 +377,38 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if use_causal_mask:
             causal = causal_mask(query_length, key_length, cache_update_index)
             mask = merge_masks(mask, causal[None, None])
-        distances = relative_distances(query_length, key_length, cache_update_index)
+        relative = self._pairwise_relative_logits(query, key_length, cache_update_index)
+        output, scores, weights = self._attend_with_relative_logits(
+            query, key, value, relative, bias, mask, training, return_attention_scores
+        )
+        if self.relative_value_embeddings is not None:
+            output = output + self._pairwise_value_term(weights, query_length, cache_update_index)
+        return output, scores
+
+    def _single_step_pass(
+        self, query, key, value, mask, bias, return_attention_scores, cache_update_index,
+        use_causal_mask,
+    ):
+        """`_pairwise_pass` for one query position without dropout (a decoding
+        step), on `[batch, length, heads, dim]` tensors: the cached keys and
+        values are read in place, not transposed to heads-first."""
+        key_length = ops.shape(key)[1]
+        if use_causal_mask:
+            mask = merge_masks(mask, causal_mask(1, key_length, cache_update_index)[None, None])
+        relative = self._pairwise_relative_logits(heads_first(query), key_length, cache_update_index)
+        if bias is not None:
+            relative = relative + ops.cast(bias, "float32")
+        weights = ops.cast(single_query_probabilities(query, key, relative, mask), value.dtype)
+        output = weigh_values_in_place(weights, value)
+        if self.relative_value_embeddings is not None:
+            output = output + heads_first(self._pairwise_value_term(weights, 1, cache_update_index))
+        return output, (weights if return_attention_scores else None)
+
+    def _pairwise_relative_logits(self, query, key_length, cache_update_index):
+        """float32 `[batch, heads, query, key]` relative logits of heads-first
+        queries at positions `cache_update_index + i`, each pair reading the
+        key table's row of its distance."""
+        distances = relative_distances(ops.shape(query)[2], key_length, cache_update_index)
         dots = ops.cast(
             dot_table_rows(query, ops.cast(self.relative_key_embeddings, query.dtype)), "float32"
         )
@@ -372,28 +416,22 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             rows = ops.minimum(
                 shaw_table_rows(distances, self.max_relative_position), self.num_relative_rows - 1
             )
-            relative = gather_relative_logits(dots, rows)
+            return gather_relative_logits(dots, rows)
+        rows, valid = skew_table_rows(distances, self.max_relative_position, self.num_relative_rows)
+        return ops.where(valid, gather_relative_logits(dots, rows), 0.0)
+
+    def _pairwise_value_term(self, weights, query_length, cache_update_index):
+        """`[batch, heads, query, value_dim]`: the value table's rows weighed by
+        the attention weights of their distances."""
+        if self._is_shaw:
+            low, high = shaw_row_distances(self.max_relative_position, self.num_relative_rows)
         else:
-            rows, valid = skew_table_rows(
-                distances, self.max_relative_position, self.num_relative_rows
-            )
-            relative = ops.where(valid, gather_relative_logits(dots, rows), 0.0)
-        output, scores, weights = self._attend_with_relative_logits(
-            query, key, value, relative, bias, mask, training, return_attention_scores
-        )
+            low, high = skew_row_distances(self.max_relative_position, self.num_relative_rows)
+        positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_update_index, "int32")
+        # Differences of cumulative sums: kept in float32 under mixed precision.
+        by_row = sum_weights_by_distance(ops.cast(weights, "float32"), positions, low, high)
         value_table = self.relative_value_embeddings
-        if value_table is not None:
-            if self._is_shaw:
-                low, high = shaw_row_distances(self.max_relative_position, self.num_relative_rows)
-            else:
-                low, high = skew_row_distances(self.max_relative_position, self.num_relative_rows)
-            positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_update_index, "int32")
-            # Differences of cumulative sums: kept in float32 under mixed precision.
-            by_row = sum_weights_by_distance(ops.cast(weights, "float32"), positions, low, high)
-            output = output + weigh_table_rows(
-                ops.cast(by_row, weights.dtype), ops.cast(value_table, weights.dtype)
-            )
-        return output, scores
+        return weigh_table_rows(ops.cast(by_row, weights.dtype), ops.cast(value_table, weights.dtype))
 
     def _attend_with_relative_logits(
         self, query, key, value, relative, bias, mask, training, return_attention_scores

@@ -120,16 +120,37 @@ def _zero_rows_without_keys(output, mask):
 
 
 def _single_query_attention(query, key, value, bias, mask, scale, causal):
-    """One query position (a decoding step): broadcast products and sums read
-    the keys and values once, where the core's einsums would first transpose
-    them."""
+    """One query position (a decoding step), reading the keys and values in place."""
     scaled_query = ops.multiply(query, ops.cast(scale, query.dtype))
-    logits = ops.sum(ops.multiply(key, scaled_query), axis=-1)  # [b, s, n]
+    if causal:
+        mask = merge_masks(mask, causal_mask(1, ops.shape(key)[1]))
+    probabilities = single_query_probabilities(scaled_query, key, bias, mask)
+    return weigh_values_in_place(ops.cast(probabilities, value.dtype), value)
+
+
+def single_query_probabilities(query, key, bias=None, mask=None):
+    """float32 attention probabilities of one query position over keys in
+    the cache's layout: broadcast products and a sum read the keys once,
+    where an einsum would first transpose them to heads-first.
+
+    Args:
+        query: `[batch, 1, heads, head_dim]`, already scaled.
+        key: `[batch, keys, heads, head_dim]`.
+        bias: optional additive logits broadcastable to `[batch, heads, 1, keys]`.
+        mask: optional boolean mask broadcastable to `[batch, heads, 1, keys]`.
+
+    Returns:
+        `[batch, heads, 1, keys]`; a fully masked row is all zeros.
+    """
+    logits = ops.sum(ops.multiply(key, query), axis=-1)  # [b, s, n]
     logits = ops.transpose(ops.cast(logits, "float32"), (0, 2, 1))[:, :, None, :]
     if bias is not None:
         logits = logits + ops.cast(bias, "float32")
-    if causal:
-        mask = merge_masks(mask, causal_mask(1, ops.shape(key)[1]))
-    weights = ops.cast(masked_softmax(logits, mask), value.dtype)  # [b, n, 1, s]
+    return masked_softmax(logits, mask)
+
+
+def weigh_values_in_place(weights, value):
+    """`weights [batch, heads, 1, keys]` times `value [batch, keys, heads,
+    dim]` (the cache's layout, read once): `[batch, 1, heads, dim]`."""
     weights = ops.transpose(weights[:, :, 0, :], (0, 2, 1))[..., None]  # [b, s, n, 1]
     return ops.sum(weights * value, axis=1, keepdims=True)
