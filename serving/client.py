@@ -10,7 +10,8 @@ not a package, so add it to `sys.path` first) and are importable from here too:
   strings as `bytes` in object arrays, as `tf.make_ndarray` gives them).
 - `server_calls`: `predict(...)`, one request over either protocol; `rest_call`,
   `grpc_predict`.
-- `client_errors`: `ClientError`, `ServerUnreachable`, `ServerError`.
+- `client_errors`: `ClientError`, `ServerUnreachable`, `ServerError`, `RowError` (a row
+  the server refused: its `status` output names the problem).
 - `model_signatures`: the models of `models.config` and their signatures.
 - `image_files`: `read_image`, `image_grid`, `write_image`.
 
@@ -34,7 +35,7 @@ import time
 
 import numpy as np
 
-from client_errors import ClientError, ServerError, ServerUnreachable
+from client_errors import ClientError, RowError, ServerError, ServerUnreachable
 from image_files import image_grid, read_image, write_image
 from model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES
 from predict_requests import (
@@ -50,6 +51,7 @@ from server_calls import (
     DEFAULT_REST_PORT,
     DEFAULT_TIMEOUT,
     GRPC_MAX_MESSAGE_BYTES,
+    check_row_status,
     grpc_predict,
     model_path,
     predict,
@@ -58,12 +60,12 @@ from server_calls import (
 )
 
 __all__ = [
-    "ClientError", "ServerError", "ServerUnreachable",
+    "ClientError", "RowError", "ServerError", "ServerUnreachable",
     "image_grid", "read_image", "write_image",
     "MODEL_NAMES", "MODEL_SIGNATURES", "SIGNATURES",
     "parse_predict_response", "parse_rest_response", "predict_request", "read_json", "rest_body",
     "DEFAULT_GRPC_PORT", "DEFAULT_HOST", "DEFAULT_REST_PORT", "DEFAULT_TIMEOUT",
-    "GRPC_MAX_MESSAGE_BYTES", "grpc_predict", "model_path", "predict", "rest_call",
+    "GRPC_MAX_MESSAGE_BYTES", "check_row_status", "grpc_predict", "model_path", "predict", "rest_call",
     "rest_predict",
     "build_parser", "main",
 ]

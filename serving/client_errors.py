@@ -26,3 +26,20 @@ class ServerError(ClientError):
     def __init__(self, message, detail=None):
         super().__init__(message)
         self.detail = message if detail is None else detail
+
+
+class RowError(ClientError):
+    """The server answered, but refused some rows of the request: their
+    `status` output names the problem (e.g. `top_p` outside (0, 1]).
+
+    Attributes:
+        problems: `{row index: the row's status message}`.
+        outputs: the whole answer `{output name: numpy array}`; the other
+            rows are answered as if they had come alone.
+    """
+
+    def __init__(self, problems, outputs):
+        rows = "; ".join(f"row {row}: {message}" for row, message in sorted(problems.items()))
+        super().__init__(f"the server refused {len(problems)} row(s) of the request: {rows}")
+        self.problems = problems
+        self.outputs = outputs

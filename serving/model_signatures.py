@@ -19,7 +19,8 @@ MODEL_SIGNATURES = {
 
 # Inputs and outputs of each generation signature: name -> dtype. Every
 # input and output has a leading batch dimension. `class_label` is present only
-# for class-conditional image models.
+# for class-conditional image models. `status` is "" for a row that was
+# answered, else the row's problem (its other outputs are then zeros or "").
 SIGNATURES = {
     "generate": {
         "inputs": {
@@ -30,15 +31,15 @@ SIGNATURES = {
             "top_p": "float32",  # [B]
             "seed": "int32",  # [B]
         },
-        "outputs": {"tokens": "int32"},  # [B, T + max(max_new_tokens)]
+        "outputs": {"tokens": "int32", "status": "string"},  # tokens [B, T + max(max_new_tokens)]
     },
     "translate": {
         "inputs": {"text": "string"},  # [B]
-        "outputs": {"translation": "string", "tokens": "int32", "score": "float32"},
+        "outputs": {"translation": "string", "tokens": "int32", "score": "float32", "status": "string"},
     },
     "sample": {
         "inputs": {"seed": "int32", "temperature": "float32", "class_label": "int32"},
-        "outputs": {"pixels": "uint8"},  # [B, H, W, C]
+        "outputs": {"pixels": "uint8", "status": "string"},  # [B, H, W, C]
     },
     "complete": {
         "inputs": {
@@ -48,10 +49,10 @@ SIGNATURES = {
             "temperature": "float32",
             "class_label": "int32",
         },
-        "outputs": {"pixels": "uint8"},
+        "outputs": {"pixels": "uint8", "status": "string"},
     },
     "super_resolve": {
         "inputs": {"low_resolution": "uint8", "seed": "int32", "temperature": "float32"},
-        "outputs": {"pixels": "uint8"},  # [B, H, W, C]
+        "outputs": {"pixels": "uint8", "status": "string"},  # [B, H, W, C]
     },
 }

@@ -1,7 +1,8 @@
 """Calls to a running TensorFlow Serving: REST over HTTP (standard library) and gRPC.
 
 `predict(model_name, signature_name, inputs, protocol=...)` sends one request and
-returns `{output name: numpy array}`; `rest_call` and `grpc_predict` are the
+returns `{output name: numpy array}`, raising `RowError` when the server refused a
+row (its `status` output is not empty); `rest_call` and `grpc_predict` are the
 transports, raising `ServerUnreachable` or `ServerError` with the address.
 """
 
@@ -12,7 +13,7 @@ import socket
 import urllib.error
 import urllib.request
 
-from client_errors import ServerError, ServerUnreachable
+from client_errors import RowError, ServerError, ServerUnreachable
 from model_signatures import SIGNATURES
 from predict_requests import (
     parse_predict_response,
@@ -120,14 +121,32 @@ def predict(
 
     REST outputs get the dtypes of `SIGNATURES` for the generation signatures
     (JSON numbers carry none); gRPC outputs carry their own.
+
+    Raises:
+        RowError: a row's `status` output is not empty (the server refused
+            that row; the error holds every row's outputs).
     """
     if protocol == "rest":
         body = rest_body(signature_name, inputs, form=rest_form)
         response = rest_predict(host, rest_port, model_name, body, timeout, version)
         outputs = SIGNATURES.get(signature_name, {}).get("outputs", {})
-        return parse_rest_response(response, output_names=list(outputs) or None, dtypes=outputs)
-    if protocol == "grpc":
+        answer = parse_rest_response(response, output_names=list(outputs) or None, dtypes=outputs)
+    elif protocol == "grpc":
         request = predict_request(model_name, signature_name, inputs, version)
-        return parse_predict_response(grpc_predict(host, grpc_port, request, timeout))
-    raise ValueError(f'`protocol` must be "rest" or "grpc". Received: protocol={protocol!r}')
+        answer = parse_predict_response(grpc_predict(host, grpc_port, request, timeout))
+    else:
+        raise ValueError(f'`protocol` must be "rest" or "grpc". Received: protocol={protocol!r}')
+    check_row_status(answer)
+    return answer
+
+
+def check_row_status(outputs):
+    """Raises `RowError` when a row of `outputs` has a non-empty `status`."""
+    problems = {
+        row: bytes(status).decode("utf-8", "replace")
+        for row, status in enumerate(outputs.get("status", ()))
+        if len(status)
+    }
+    if problems:
+        raise RowError(problems, outputs)
 

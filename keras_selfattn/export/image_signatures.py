@@ -32,21 +32,44 @@ def _settings_specs():
     return [tf.TensorSpec(ROWS, tf.int32, name="seed"), tf.TensorSpec(ROWS, tf.float32, name="temperature")]
 
 
-def _class_checks(image, class_label):
+def _class_problems(image, inputs):
+    if "class_label" not in inputs:
+        return []
     num_classes = image.num_classes
-    return request_checks.in_range(
-        "class_label", class_label, 0, num_classes - 1, f"a class in [0, {num_classes})"
-    )
+    bad = request_checks.outside(inputs["class_label"], 0, num_classes - 1)
+    return [(bad, f"`class_label` must be a class in [0, {num_classes})")]
 
 
-def _generate(image, inputs, checks, **known):
-    batch_size, batch_checks = request_checks.batch_size_of(inputs)
-    checks += batch_checks + request_checks.sampling_settings(inputs["temperature"], inputs["seed"])
-    # Every tensor waits for the checks, so a bad request fails on them
-    # rather than deep inside the model.
+def _known_rows_problems(image, inputs):
+    if "known_rows" not in inputs:
+        return []
+    height = image.image_shape[0]
+    bad = request_checks.outside(inputs["known_rows"], 1, height)
+    return [(bad, f"`known_rows` must be in [1, {height}], the image's height")]
+
+
+# What a bad row is generated with, before its pixels are zeroed.
+_DEFAULTS = dict(seed=0, temperature=0.0, class_label=0, known_rows=1)
+
+
+def _generate(image, inputs, **known):
+    """`{"pixels", "status"}`: a bad row's problem in `status`, its pixels zero."""
+    batch_size, checks = request_checks.batch_size_of(inputs)
     batch_size = request_checks.after(checks, batch_size)
     inputs = {name: request_checks.after(checks, value) for name, value in inputs.items()}
     known = {name: request_checks.after(checks, value) for name, value in known.items()}
+    status = request_checks.row_status(
+        _known_rows_problems(image, inputs)
+        + _class_problems(image, inputs)
+        + request_checks.sampling_problems(inputs["temperature"], inputs["seed"])
+    )
+    good = tf.equal(status, "")
+    inputs = {
+        name: request_checks.good_or(good, value, _DEFAULTS[name]) if name in _DEFAULTS else value
+        for name, value in inputs.items()
+    }
+    if "known_pixels" in known:
+        known["known_rows"] = inputs["known_rows"]
     pixels = generate_image(
         image,
         batch_size,
@@ -55,7 +78,7 @@ def _generate(image, inputs, checks, **known):
         low_resolution=known.pop("low_resolution", None),
         **known,
     )
-    return {"pixels": pixels}
+    return {"pixels": request_checks.good_or(good, pixels, 0), "status": status}
 
 
 def _sample_endpoint(image):
@@ -63,30 +86,24 @@ def _sample_endpoint(image):
 
         def sample(seed, temperature, class_label):
             inputs = dict(seed=seed, temperature=temperature, class_label=class_label)
-            return _generate(image, inputs, _class_checks(image, class_label))
+            return _generate(image, inputs)
 
         specs = _settings_specs() + [tf.TensorSpec(ROWS, tf.int32, name="class_label")]
     else:
 
         def sample(seed, temperature):
-            return _generate(image, dict(seed=seed, temperature=temperature), [])
+            return _generate(image, dict(seed=seed, temperature=temperature))
 
         specs = _settings_specs()
     return "sample", sample, specs
 
 
 def _complete_endpoint(image):
-    height = image.image_shape[0]
-
     def complete_rows(pixels, known_rows, seed, temperature, class_label=None):
         inputs = dict(pixels=pixels, known_rows=known_rows, seed=seed, temperature=temperature)
-        checks = request_checks.in_range(
-            "known_rows", known_rows, 1, height, f"in [1, {height}], the image's height"
-        )
         if class_label is not None:
             inputs["class_label"] = class_label
-            checks += _class_checks(image, class_label)
-        return _generate(image, inputs, checks, known_pixels=pixels, known_rows=known_rows)
+        return _generate(image, inputs, known_pixels=pixels)
 
     specs = [
         tf.TensorSpec([None, *image.image_shape], tf.uint8, name="pixels"),
@@ -109,7 +126,7 @@ def _complete_endpoint(image):
 def _super_resolve_endpoint(image):
     def super_resolve(low_resolution, seed, temperature):
         inputs = dict(low_resolution=low_resolution, seed=seed, temperature=temperature)
-        return _generate(image, inputs, [], low_resolution=tf.cast(low_resolution, tf.int32))
+        return _generate(image, inputs, low_resolution=tf.cast(low_resolution, tf.int32))
 
     specs = [tf.TensorSpec([None, *image.low_resolution_shape], tf.uint8, name="low_resolution")]
     return "super_resolve", super_resolve, specs + _settings_specs()

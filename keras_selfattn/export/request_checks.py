@@ -1,6 +1,12 @@
-"""A signature's own checks of its request: each failure is an
-InvalidArgument error whose message names the input and what it must be
-(and holds no request data, which may not even be valid UTF-8)."""
+"""A signature's own checks of its request. Each message names the input and
+what it must be (and holds no request data, which may not even be valid UTF-8).
+
+With `--enable_batching` the server merges concurrent requests into one run
+and answers them all with its one status, so only the request's structure
+fails the run (InvalidArgument): rows that do not share a batch size. A row's
+own settings are checked row by row: a bad row gets its message in the
+`status` output and an empty result, and the other rows are answered as if
+they came alone."""
 
 import tensorflow as tf
 
@@ -27,33 +33,52 @@ def batch_size_of(inputs):
     return batch_size, checks
 
 
-def in_range(name, values, low=None, high=None, expected=""):
-    """Checks `low <= values <= high` (either bound may be None); `expected`
-    words the rule for the message."""
-    checks = []
+def row_status(problems):
+    """string `[batch]`: each row's first problem's message, "" for a good row.
+
+    `problems` is a list of `(bad, message)`, `bad` a bool `[batch]` tensor.
+    """
+    status = tf.zeros_like(problems[0][0], tf.string)
+    for bad, message in reversed(problems):
+        status = tf.where(bad, message, status)
+    return status
+
+
+def outside(values, low=None, high=None):
+    """bool: where `values` is below `low` or above `high` (either may be None)."""
+    bad = tf.zeros_like(values, tf.bool)
     if low is not None:
-        checks.append(check(values >= tf.cast(low, values.dtype), f"`{name}` must be {expected}"))
+        bad |= values < tf.cast(low, values.dtype)
     if high is not None:
-        checks.append(check(values <= tf.cast(high, values.dtype), f"`{name}` must be {expected}"))
-    return checks
+        bad |= values > tf.cast(high, values.dtype)
+    return bad
 
 
-def sampling_settings(temperature, seed, top_k=None, top_p=None):
-    """Checks of the per-row sampling settings."""
-    checks = [
-        check(
-            tf.logical_and(temperature >= 0.0, tf.math.is_finite(temperature)),
+def sampling_problems(temperature, seed, top_k=None, top_p=None):
+    """`(bad [batch], message)` of the per-row sampling settings."""
+    problems = [
+        (
+            tf.logical_not(tf.logical_and(temperature >= 0.0, tf.math.is_finite(temperature))),
             "`temperature` must be a finite number >= 0 (0 takes the most likely value)",
         ),
-        check(seed >= 0, "`seed` must be an integer >= 0"),
+        (seed < 0, "`seed` must be an integer >= 0"),
     ]
     if top_k is not None:
-        checks.append(check(top_k >= 0, "`top_k` must be >= 0 (0 keeps every token)"))
+        problems.append((top_k < 0, "`top_k` must be >= 0 (0 keeps every token)"))
     if top_p is not None:
-        checks.append(
-            check(tf.logical_and(top_p > 0.0, top_p <= 1.0), "`top_p` must be in (0, 1] (1 keeps every token)")
+        problems.append(
+            (
+                tf.logical_not(tf.logical_and(top_p > 0.0, top_p <= 1.0)),
+                "`top_p` must be in (0, 1] (1 keeps every token)",
+            )
         )
-    return checks
+    return problems
+
+
+def good_or(good, value, default):
+    """`value` on good rows, `default` on the others (`good` bool `[batch]`)."""
+    good = tf.reshape(good, tf.concat([tf.shape(good), tf.ones([tf.rank(value) - 1], tf.int32)], 0))
+    return tf.where(good, value, tf.cast(default, value.dtype))
 
 
 def after(checks, tensor):

@@ -49,8 +49,12 @@ def export_for_serving(
 
     A row's output is what `keras_selfattn.generation` gives for that row
     alone with the same settings and seed (`continue_sequence`,
-    `translate_tokens`, `sample_images`). A request outside a signature's
-    rules fails with an InvalidArgument error naming the input.
+    `translate_tokens`, `sample_images`). Every generation signature also
+    outputs `status` string `[B]`: "" for a row that was answered, else the
+    problem with that row's own settings or text (its other outputs are then
+    zeros or ""), so one bad row fails no other row merged into its batch.
+    Inputs of different batch sizes fail the request with an InvalidArgument
+    error naming the input.
 
     Args:
         model: a model built by `keras_selfattn.models`.

@@ -11,35 +11,49 @@ ROWS = request_checks.ROWS
 
 def generate_endpoint(model, max_length):
     """`generate(primer, max_new_tokens, temperature, top_k, top_p, seed)`
-    -> `{"tokens": int32 [B, T + max(max_new_tokens)]}`, zeros past each
-    row's own count; each row as `continue_sequence` gives it alone."""
+    -> `{"tokens": int32 [B, T + N], "status": string [B]}`, N the largest
+    `max_new_tokens` of the good rows, zeros past each row's own count; each
+    good row as `continue_sequence` gives it alone. A bad row gets its
+    problem in `status` and zeros in `tokens`."""
     vocab_size = model.vocabulary_size
 
     def generate(primer, max_new_tokens, temperature, top_k, top_p, seed):
-        primer_length = tf.shape(primer)[1]
-        _, checks = request_checks.batch_size_of(
-            dict(primer=primer, max_new_tokens=max_new_tokens, temperature=temperature,
-                 top_k=top_k, top_p=top_p, seed=seed)
-        )
-        checks += [
-            request_checks.check(primer_length > 0, "`primer` must hold at least one token a row"),
-            *request_checks.in_range("primer", primer, 0, vocab_size - 1, f"token ids in [0, {vocab_size})"),
-            *request_checks.in_range(
-                "max_new_tokens", max_new_tokens, 1, max_length - primer_length,
-                f">= 1, and the primer's length plus it at most the exported maximum {max_length}",
-            ),
-            *request_checks.sampling_settings(temperature, seed, top_k, top_p),
-        ]
+        settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        _, checks = request_checks.batch_size_of(dict(primer=primer, **settings))
         primer = request_checks.after(checks, primer)
-        count = request_checks.after(checks, tf.reduce_max(max_new_tokens))
+        settings = {name: request_checks.after(checks, value) for name, value in settings.items()}
+        max_new_tokens, temperature, top_k, top_p, seed = settings.values()
+        width = tf.shape(primer)[1]
+        status = request_checks.row_status([
+            (tf.fill(tf.shape(seed), width < 1), "`primer` must hold at least one token a row"),
+            (
+                tf.reduce_any(request_checks.outside(primer, 0, vocab_size - 1), axis=1),
+                f"`primer` must be token ids in [0, {vocab_size})",
+            ),
+            (
+                request_checks.outside(max_new_tokens, 1, max_length - width),
+                f"`max_new_tokens` must be >= 1, and the primer's length plus it at most the "
+                f"exported maximum {max_length}",
+            ),
+            *request_checks.sampling_problems(temperature, seed, top_k, top_p),
+        ])
+        good = tf.equal(status, "")
+        defaults = dict(max_new_tokens=1, temperature=0.0, top_k=0, top_p=1.0, seed=0)
+        settings = {name: request_checks.good_or(good, value, defaults[name]) for name, value in settings.items()}
+        # At least one column, and never past the model's positions (only a
+        # request whose every row is bad can be wider).
+        primer = tf.pad(primer, [[0, 0], [0, tf.maximum(1 - width, 0)]])[:, : max_length - 1]
+        primer = request_checks.good_or(good, primer, 0)
 
         def choose(logits, index):
-            return choose_tokens_by_row(logits, seed, index, temperature, top_k, top_p)
+            return choose_tokens_by_row(
+                logits, settings["seed"], index, settings["temperature"], settings["top_k"], settings["top_p"]
+            )
 
-        tokens = extend_sequence(model, primer, count, choose)
-        own_length = primer_length + max_new_tokens
+        tokens = extend_sequence(model, primer, tf.reduce_max(settings["max_new_tokens"]), choose)
+        own_length = tf.shape(primer)[1] + settings["max_new_tokens"]
         kept = tf.range(tf.shape(tokens)[1])[None, :] < own_length[:, None]
-        return {"tokens": tf.where(kept, tokens, 0)}
+        return {"tokens": tf.where(kept & good[:, None], tokens, 0), "status": status}
 
     signature = [
         tf.TensorSpec([None, None], tf.int32, name="primer"),
@@ -53,35 +67,47 @@ def generate_endpoint(model, max_length):
 
 
 def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha):
-    """`translate(text)` -> `{"translation", "tokens", "score"}`: the
-    SentencePiece `tokenizer` (which appends `eos_id`) in the graph, then
-    `translate_tokens`' beam search (greedy for `beam_size` 1)."""
+    """`translate(text)` -> `{"translation", "tokens", "score", "status"}`:
+    the SentencePiece `tokenizer` (which appends `eos_id`) in the graph, then
+    `translate_tokens`' beam search (greedy for `beam_size` 1). A bad row
+    (empty, not UTF-8, too long) gets its problem in `status`, an empty
+    translation and zero tokens and score."""
     source_limit = model.max_source_length
 
     def translate(text):
-        utf8 = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        checks = [
-            request_checks.check(tf.size(text) > 0, "`text` must hold at least one row"),
-            request_checks.check(tf.equal(utf8, text), "`text` must be valid UTF-8"),
-            request_checks.check(
-                tf.strings.length(tf.strings.strip(text)) > 0, "`text` must not be empty"
+        text = request_checks.after(
+            [request_checks.check(tf.size(text) > 0, "`text` must hold at least one row")], text
+        )
+        problems = [
+            (
+                tf.not_equal(tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace"), text),
+                "`text` must be valid UTF-8",
             ),
+            (tf.equal(tf.strings.length(tf.strings.strip(text)), 0), "`text` must not be empty"),
         ]
-        source = tokenizer.tokenize(request_checks.after(checks, text)).to_tensor(default_value=0)
+        readable = tf.equal(request_checks.row_status(problems), "")
+        pieces = tokenizer.tokenize(tf.where(readable, text, ""))
         if source_limit is not None:
-            source = request_checks.after(
-                [request_checks.check(
-                    tf.shape(source)[1] <= source_limit,
-                    f"`text` must be at most {source_limit} tokens long (with the end token)",
-                )],
-                source,
-            )
+            problems.append((
+                pieces.row_lengths() > source_limit,
+                f"`text` must be at most {source_limit} tokens long (with the end token)",
+            ))
+            pieces = pieces[:, :source_limit]
+        status = request_checks.row_status(problems)
+        good = tf.equal(status, "")
+        source = request_checks.good_or(good, pieces.to_tensor(default_value=0), 0)
         tokens, scores = translate_tokens(
             model, source, max_length, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
             temperature=0.0, return_scores=True,
         )
+        tokens = request_checks.good_or(good, tokens, 0)
         words = tf.where(tf.equal(tokens, eos_id), 0, tokens)
         translation = tokenizer.detokenize(tf.RaggedTensor.from_tensor(words, padding=0))
-        return {"translation": translation, "tokens": tokens, "score": scores}
+        return {
+            "translation": tf.where(good, translation, ""),
+            "tokens": tokens,
+            "score": request_checks.good_or(good, scores, 0.0),
+            "status": status,
+        }
 
     return "translate", translate, [tf.TensorSpec(ROWS, tf.string, name="text")]

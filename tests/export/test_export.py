@@ -43,6 +43,11 @@ def translation(serving_exports):
     return model, tf.saved_model.load(path), path, tokenizer
 
 
+@pytest.fixture(scope="module")
+def images(serving_exports):
+    return tf.saved_model.load(serving_exports["images"][1])
+
+
 def _call(loaded, signature, **inputs):
     outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
     return {k: v.numpy() for k, v in outputs.items()}
@@ -87,25 +92,50 @@ def test_serving_default_is_the_forward_pass(music):
     np.testing.assert_allclose(logits, np.asarray(model(tokens)), rtol=1e-5, atol=1e-5)
 
 
+def _middle_row(name, value):
+    """`_generate_inputs()` with row 1 of input `name` set to `value`."""
+    column = _generate_inputs()[name].copy()
+    column[1] = value
+    return {name: column}
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(top_p=np.array([1.0, 2.0, 1.0], "float32")), "`top_p` must be in \\(0, 1\\]"),
-        (dict(max_new_tokens=np.array([5, 14, 1], "int32")), "`max_new_tokens` must be >= 1, and"),
-        (dict(max_new_tokens=np.array([0, 1, 1], "int32")), "`max_new_tokens` must be >= 1"),
-        (dict(temperature=np.array([0.0, -1.0, 1.0], "float32")), "`temperature` must be a finite"),
-        (dict(temperature=np.array([0.0, np.nan, 1.0], "float32")), "`temperature` must be a finite"),
-        (dict(top_k=np.array([0, -2, 0], "int32")), "`top_k` must be >= 0"),
-        (dict(seed=np.array([1, 2], "int32")), "`seed` must have one row per row of `primer`"),
-        (dict(primer=np.array([[3, 40, 5]] * 3, "int32")), "`primer` must be token ids in \\[0, 20\\)"),
-        (dict(primer=np.zeros((3, 0), "int32")), "`primer` must hold at least one token"),
+        (_middle_row("top_p", 2.0), "`top_p` must be in (0, 1]"),
+        (_middle_row("top_p", 0.0), "`top_p` must be in (0, 1]"),
+        (_middle_row("max_new_tokens", 14), "`max_new_tokens` must be >= 1, and"),
+        (_middle_row("max_new_tokens", 0), "`max_new_tokens` must be >= 1"),
+        (_middle_row("temperature", -1.0), "`temperature` must be a finite"),
+        (_middle_row("temperature", np.nan), "`temperature` must be a finite"),
+        (_middle_row("top_k", -2), "`top_k` must be >= 0"),
+        (_middle_row("seed", -1), "`seed` must be an integer >= 0"),
+        (_middle_row("primer", [6, 40, 8]), "`primer` must be token ids in [0, 20)"),
+        (_middle_row("primer", [6, -1, 8]), "`primer` must be token ids in [0, 20)"),
     ],
 )
-def test_generate_rejects_a_bad_request_by_name_and_serves_the_next(music, changes, message):
+def test_generate_answers_a_bad_row_in_its_status_and_the_others_as_alone(music, changes, message):
     _, loaded, _ = music
-    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        _call(loaded, "generate", **_generate_inputs(**changes))
+    good = _call(loaded, "generate", **_generate_inputs())
+    outputs = _call(loaded, "generate", **_generate_inputs(**changes))
+    assert outputs["status"][0] == outputs["status"][2] == b""
+    assert outputs["status"][1].decode().startswith(message)
+    assert not outputs["tokens"][1].any()
+    np.testing.assert_array_equal(outputs["tokens"][[0, 2]], good["tokens"][[0, 2]])
+
+
+def test_generate_refuses_rows_of_different_batch_sizes(music):
+    _, loaded, _ = music
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`seed` must have one row per row of `primer`"):
+        _call(loaded, "generate", **_generate_inputs(seed=np.array([1, 2], "int32")))
     assert _call(loaded, "generate", **_generate_inputs())["tokens"].shape == (3, 8)
+
+
+def test_a_primer_without_tokens_is_answered_in_every_status(music):
+    _, loaded, _ = music
+    outputs = _call(loaded, "generate", **_generate_inputs(primer=np.zeros((3, 0), "int32")))
+    assert set(outputs["status"].tolist()) == {b"`primer` must hold at least one token a row"}
+    assert not outputs["tokens"].any()
 
 
 def test_translate_is_string_in_string_out_as_in_process(translation):
@@ -128,14 +158,18 @@ def test_translate_is_string_in_string_out_as_in_process(translation):
 
 @pytest.mark.parametrize(
     "text, message",
-    [([""], "`text` must not be empty"), (["  "], "`text` must not be empty"),
-     ([b"\xff\xfe"], "`text` must be valid UTF-8")],
+    [("", "`text` must not be empty"), ("  ", "`text` must not be empty"),
+     (b"\xff\xfe", "`text` must be valid UTF-8")],
 )
-def test_translate_rejects_empty_and_invalid_text(translation, text, message):
+def test_translate_answers_empty_and_invalid_text_in_its_status(translation, text, message):
     loaded = translation[1]
-    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        _call(loaded, "translate", text=np.array(text, object))
-    assert _call(loaded, "translate", text=np.array(["das ist gut"], object))["translation"].shape == (1,)
+    good = _call(loaded, "translate", text=np.array(["ich habe hunger", "das ist gut"], object))
+    outputs = _call(loaded, "translate", text=np.array(["ich habe hunger", text, "das ist gut"], object))
+    assert outputs["status"].tolist() == [b"", message.encode(), b""]
+    assert outputs["translation"][1] == b"" and outputs["score"][1] == 0 and not outputs["tokens"][1].any()
+    for key in ("translation", "tokens", "score"):
+        np.testing.assert_array_equal(outputs[key][[0, 2]], good[key], err_msg=key)
+    assert good["status"].tolist() == [b"", b""]
 
 
 def test_the_sentencepiece_model_is_inside_the_saved_model(translation, tmp_path):
@@ -172,12 +206,35 @@ def test_image_signatures_equal_sample_images(serving_exports):
         expected = sample_images(model, class_labels=np.array([label]), known_pixels=known[row : row + 1],
                                  known_rows=rows, seed=seed)
         np.testing.assert_array_equal(completed[row], np.asarray(expected)[0])
-    with pytest.raises(tf.errors.InvalidArgumentError, match="`known_rows` must be in \\[1, 4\\]"):
-        _call(loaded, "complete", pixels=known, known_rows=np.array([1, 5], "int32"), seed=np.array([5, 6], "int32"),
-              temperature=np.array([1.0, 1.0], "float32"), class_label=np.array([0, 1], "int32"))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="`class_label` must be a class in \\[0, 3\\)"):
-        _call(loaded, "sample", seed=np.array([3], "int32"), temperature=np.array([1.0], "float32"),
-              class_label=np.array([3], "int32"))
+    assert _complete(loaded, known)[0].tolist() == [b"", b""]
+
+
+def _complete(loaded, known, known_rows=(1, 3), seed=(5, 6), temperature=(1.0, 1.0), class_label=(0, 1)):
+    outputs = _call(loaded, "complete", pixels=known, known_rows=np.array(known_rows, "int32"),
+                    seed=np.array(seed, "int32"), temperature=np.array(temperature, "float32"),
+                    class_label=np.array(class_label, "int32"))
+    return outputs["status"], outputs["pixels"]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(known_rows=(1, 5)), "`known_rows` must be in [1, 4]"),
+        (dict(known_rows=(1, 0)), "`known_rows` must be in [1, 4]"),
+        (dict(class_label=(0, 3)), "`class_label` must be a class in [0, 3)"),
+        (dict(class_label=(0, -1)), "`class_label` must be a class in [0, 3)"),
+        (dict(seed=(5, -6)), "`seed` must be an integer >= 0"),
+        (dict(temperature=(1.0, np.inf)), "`temperature` must be a finite number >= 0"),
+    ],
+)
+def test_image_signatures_answer_a_bad_row_in_its_status(images, changes, message):
+    loaded = images
+    known = RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8")
+    _, good = _complete(loaded, known)
+    status, pixels = _complete(loaded, known, **changes)
+    assert status[0] == b"" and status[1].decode().startswith(message)
+    assert not pixels[1].any()
+    np.testing.assert_array_equal(pixels[0], good[0])
 
 
 def test_dmol_and_super_resolution_signatures_equal_sample_images(export_base):

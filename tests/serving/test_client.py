@@ -453,12 +453,35 @@ def test_server_error_is_printed_with_a_non_zero_exit(fake_rest, capsys):
     assert server.requests[0][0] == "/v1/models/translation/versions/2:predict"
 
 
+def test_a_refused_row_is_an_error_naming_the_row_and_its_problem(fake_rest, capsys):
+    answer = {
+        "predictions": [
+            {"translation": "I am hungry.", "tokens": [5, 6, 0], "score": -1.25, "status": ""},
+            {"translation": "", "tokens": [0, 0, 0], "score": 0.0, "status": "`text` must not be empty"},
+        ]
+    }
+    server = fake_rest(lambda path, body: (200, answer))
+    status, out, err = run_cli(capsys, "translate", "Ich habe Hunger.", " ", "--rest_port", str(server.port))
+    assert status == 1 and out == ""
+    assert "row 1: `text` must not be empty" in err and "row 0" not in err
+    with pytest.raises(client.RowError) as error:
+        client.predict("translation", "translate", {"text": np.array(["a", " "])}, rest_port=server.port)
+    assert error.value.problems == {1: "`text` must not be empty"}
+    assert error.value.outputs["translation"].tolist() == [b"I am hungry.", b""]
+
+
+def test_rows_with_an_empty_status_are_answered():
+    outputs = {"status": np.array([b"", b""], object), "tokens": np.zeros([2, 3], "int32")}
+    client.check_row_status(outputs)  # raises nothing
+    client.check_row_status({"pixels": np.zeros([1, 2, 2, 3], "uint8")})  # no status output
+
+
 def test_sample_writes_the_returned_pixels_as_a_grid(fake_rest, capsys, tmp_path):
     from PIL import Image
 
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (3, 4, 5, 3)).astype(np.uint8)
-    server = fake_rest(lambda path, body: (200, {"outputs": pixels.tolist()}))
+    server = fake_rest(lambda path, body: (200, {"outputs": {"pixels": pixels.tolist(), "status": [""] * 3}}))
     out_path = tmp_path / "grid.png"
     status, _, err = run_cli(
         capsys,
@@ -486,7 +509,7 @@ def test_super_resolve_sends_the_image_and_writes_the_answer(fake_rest, capsys, 
     low = np.random.default_rng(1).integers(0, 256, (4, 6, 3)).astype(np.uint8)
     high = low.repeat(2, axis=0).repeat(2, axis=1)
     Image.fromarray(low).save(tmp_path / "in.png")
-    server = fake_rest(lambda path, body: (200, {"predictions": [high.tolist()]}))
+    server = fake_rest(lambda path, body: (200, {"predictions": [{"pixels": high.tolist(), "status": ""}]}))
     status, _, err = run_cli(
         capsys, "super_resolve", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
         "--rest_port", str(server.port), "--seed", "3",
@@ -509,7 +532,8 @@ def test_complete_sends_the_image_per_row_and_writes_input_and_completions(
     image = np.random.default_rng(2).integers(0, 256, (4, 3)).astype(np.uint8)
     Image.fromarray(image).save(tmp_path / "in.png")  # greyscale: one channel
     completions = np.stack([image[..., None] // 2, image[..., None] // 3])
-    server = fake_rest(lambda path, body: (200, {"outputs": completions.tolist()}))
+    answer = {"outputs": {"pixels": completions.tolist(), "status": [""] * len(completions)}}
+    server = fake_rest(lambda path, body: (200, answer))
     status, _, err = run_cli(
         capsys, "complete", str(tmp_path / "in.png"), "--known_rows", "2", "--batch", "2",
         "--class_label", "5", "--scale", "1", "--out", str(tmp_path / "out.png"),
@@ -603,7 +627,7 @@ def test_music_sends_the_primer_events_and_writes_primer_and_continuation(
     continuation = primer[:3]  # any valid events
     tokens = np.concatenate([primer, continuation, np.zeros(2, np.int32)])  # zeros past the count
 
-    server = fake_rest(lambda path, body: (200, {"predictions": [tokens.tolist()]}))
+    server = fake_rest(lambda path, body: (200, {"predictions": [{"tokens": tokens.tolist(), "status": ""}]}))
     status, out, err = run_cli(
         capsys, "music", "--primer", str(tmp_path / "in.mid"), "--out", str(tmp_path / "out.mid"),
         "--max_new_tokens", "5", "--temperature", "0.9", "--top_k", "8", "--top_p", "0.95",
@@ -632,7 +656,7 @@ def test_music_sends_the_primer_events_and_writes_primer_and_continuation(
     )
     assert f"{primer.size} primer events + 3 generated events" in out
 
-    short = fake_rest(lambda path, body: (200, {"predictions": [tokens.tolist()]}))
+    short = fake_rest(lambda path, body: (200, {"predictions": [{"tokens": tokens.tolist(), "status": ""}]}))
     status, out, err = run_cli(
         capsys, "music", "--primer", str(tmp_path / "in.mid"), "--out", str(tmp_path / "2.mid"),
         "--primer_tokens", "2", "--rest_port", str(short.port),

@@ -56,7 +56,8 @@ def fake_run(signature, inputs):
         new = np.zeros([len(primer), counts.max()], np.int32)
         for row, count in enumerate(counts):
             new[row, :count] = primer[row, -1] + 1 + inputs["seed"][row]
-        return {"tokens": np.concatenate([primer, new], axis=1)}
+        status = np.array([b""] * len(primer), object)
+        return {"tokens": np.concatenate([primer, new], axis=1), "status": status}
     logits = inputs["tokens"][..., None] * np.array([0.1, 0.2, 0.3], np.float32)
     return {"logits": logits.astype(np.float32)}
 
@@ -109,8 +110,17 @@ class FakeRestHandler(JsonHandler):
             for key, (dtype, _) in spec["inputs"].items()
         }
         outputs = fake_run(body["signature_name"], inputs)
-        (name,) = outputs  # one output: the server leaves its name out
-        self.send_json(200, {"predictions": outputs[name].tolist()})
+        if len(outputs) == 1:  # one output: the server leaves its name out
+            (value,) = outputs.values()
+            self.send_json(200, {"predictions": value.tolist()})
+            return
+        columns = {name: [_json_value(item) for item in value] for name, value in outputs.items()}
+        rows = [dict(zip(columns, row)) for row in zip(*columns.values())]
+        self.send_json(200, {"predictions": rows})
+
+
+def _json_value(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else value.tolist()
 
 
 def start_fake_grpc(offset=0):
@@ -124,7 +134,8 @@ def start_fake_grpc(offset=0):
             inputs = {key: tf.make_ndarray(value) for key, value in request.inputs.items()}
             response = predict_pb2.PredictResponse()
             for name, value in fake_run(request.model_spec.signature_name, inputs).items():
-                response.outputs[name].CopyFrom(tf.make_tensor_proto(value + offset))
+                shifted = value if value.dtype == object else value + offset
+                response.outputs[name].CopyFrom(tf.make_tensor_proto(shifted))
             return response
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))

@@ -15,6 +15,7 @@ pytestmark = [
 
 import tensorflow as tf  # noqa: E402
 
+from keras_selfattn.generation import continue_sequence, sample_images  # noqa: E402
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
 from tests.serving.emulator.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
 import client  # noqa: E402
@@ -110,6 +111,7 @@ def test_every_signature_answers_alike_through_every_path(serving_exports, famil
 
 
 def _assert_same(actual, expected, what):
+    actual, expected = np.asarray(actual), np.asarray(expected)
     if expected.dtype.kind in "fc":
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5, err_msg=what)
     else:
@@ -117,18 +119,13 @@ def _assert_same(actual, expected, what):
 
 
 def _bad_requests():
+    """Requests the server refuses before running: wrong dtype, missing or extra input."""
     good = dict(GENERATE)
     yield "music", "generate", dict(good, top_k=good["top_k"].astype("int64")), "INVALID_ARGUMENT", "top_k"
     yield "music", "generate", {k: v for k, v in good.items() if k != "seed"}, "INVALID_ARGUMENT", "seed"
     yield "music", "generate", dict(good, extra=np.array([1, 2], "int32")), "INVALID_ARGUMENT", "extra"
-    yield "music", "generate", dict(good, top_p=np.array([1.0, 2.0], "float32")), "INVALID_ARGUMENT", "`top_p` must be in"
-    yield "music", "generate", dict(good, max_new_tokens=np.array([5, 20], "int32")), "INVALID_ARGUMENT", "`max_new_tokens` must be"
-    yield "translation", "translate", {"text": np.array([""], object)}, "INVALID_ARGUMENT", "`text` must not be empty"
-    yield "translation", "translate", {"text": np.array([b"\xc3\x28"], object)}, "INVALID_ARGUMENT", "`text` must be valid UTF-8"
-    known = np.zeros((1,) + IMAGE_SHAPE, "uint8")
-    yield "images", "complete", dict(pixels=known, known_rows=np.array([5], "int32"), seed=np.array([1], "int32"),
-                                     temperature=np.array([1.0], "float32"), class_label=np.array([0], "int32")), \
-        "INVALID_ARGUMENT", "`known_rows` must be in"
+    yield "music", "generate", dict(good, seed=np.array([1], "int32")), "INVALID_ARGUMENT", "`seed` must have one row"
+    yield "translation", "translate", {"text": np.array([1], "int32")}, "INVALID_ARGUMENT", "text"
 
 
 @pytest.mark.parametrize("family, signature, inputs, code, message", list(_bad_requests()))
@@ -139,10 +136,100 @@ def test_a_bad_request_fails_by_name_and_the_next_good_one_succeeds(
     with pytest.raises(ServingError) as error:
         loaded.run(signature, inputs)
     assert error.value.code == code and message in error.value.message, error.value
-    good = {"music": ("generate", GENERATE), "translation": ("translate", {"text": np.array(TEXTS, object)}),
-            "images": ("sample", dict(seed=np.array([1], "int32"), temperature=np.array([1.0], "float32"),
-                                      class_label=np.array([0], "int32")))}[family]
+    good = {"music": ("generate", GENERATE), "translation": ("translate", {"text": np.array(TEXTS, object)})}[family]
     assert loaded.run(*good)
+
+
+def _one_row(value, dtype):
+    return np.array([value], dtype)
+
+
+COMPLETE = dict(pixels=np.arange(2 * 48, dtype="uint8").reshape((2,) + IMAGE_SHAPE),
+                known_rows=_rows(1, 3, dtype="int32"),
+                seed=_rows(1, 2, dtype="int32"), temperature=_rows(1.0, 0.7, dtype="float32"),
+                class_label=_rows(0, 2, dtype="int32"))
+
+# (family, signature, two good rows, one bad row, the bad row's status)
+MERGED_WITH_A_BAD_ROW = [
+    ("music", "generate", GENERATE, dict(GENERATE, top_p=_one_row(2.0, "float32")), "`top_p` must be in (0, 1]"),
+    ("music", "generate", GENERATE, dict(GENERATE, max_new_tokens=_one_row(20, "int32")), "`max_new_tokens` must be"),
+    ("music", "generate", GENERATE, dict(GENERATE, primer=np.array([[3, 99, 5]], "int32")), "`primer` must be token"),
+    ("translation", "translate", {"text": np.array(TEXTS, object)}, {"text": np.array([""], object)},
+     "`text` must not be empty"),
+    ("translation", "translate", {"text": np.array(TEXTS, object)}, {"text": np.array([b"\xc3\x28"], object)},
+     "`text` must be valid UTF-8"),
+    ("images", "complete", COMPLETE, dict(COMPLETE, known_rows=_one_row(5, "int32")), "`known_rows` must be in"),
+    ("images", "complete", COMPLETE, dict(COMPLETE, class_label=_one_row(7, "int32")), "`class_label` must be"),
+    ("images", "complete", COMPLETE, dict(COMPLETE, temperature=_one_row(np.nan, "float32")), "`temperature` must"),
+]
+
+
+def _merged(good, bad):
+    """Good row 0, the bad row, good row 1: one batch, as the server merges three requests."""
+    return {key: np.concatenate([good[key][:1], bad[key][:1], good[key][1:2]]) for key in good}
+
+
+def _padded(row, width):
+    """A row of a solo answer, widened with zeros to a merged answer's width."""
+    return np.pad(row, [(0, width - row.shape[0])] + [(0, 0)] * (row.ndim - 1)) if row.ndim else row
+
+
+@pytest.mark.parametrize("family, signature, good, bad, message", MERGED_WITH_A_BAD_ROW)
+def test_a_bad_row_merged_with_good_ones_leaves_them_their_solo_answers(
+    request, family, signature, good, bad, message
+):
+    loaded = request.getfixturevalue(family)[1]
+    outputs = loaded.run(signature, _merged(good, bad))
+    assert outputs["status"][[0, 2]].tolist() == [b"", b""]
+    assert outputs["status"][1].decode().startswith(message), outputs["status"][1]
+    for key, value in outputs.items():
+        if key != "status":
+            assert not np.asarray(value[1], bool).any(), f"the bad row's {key} is not empty"
+    for row, merged_row in ((0, 0), (1, 2)):
+        solo = loaded.run(signature, {key: value[row : row + 1] for key, value in good.items()})
+        assert solo["status"].tolist() == [b""]
+        for key in solo:
+            width = outputs[key].shape[1] if outputs[key].ndim > 1 else None
+            expected = solo[key][0] if width is None else _padded(solo[key][0], width)
+            # Tokens, pixels and text exactly; a score to float32 rounding (a
+            # source padded to another row's length sums in another order).
+            _assert_same(outputs[key][merged_row], expected, f"{signature} {key} row {row}")
+
+
+GENERATE_MIXED = dict(
+    primer=np.array([[3, 4, 5], [6, 7, 8], [9, 1, 2], [4, 4, 4]], "int32"),
+    max_new_tokens=np.array([5, 3, 9, 1], "int32"),
+    temperature=np.array([0.0, 0.9, 1.3, 0.6], "float32"),
+    top_k=np.array([0, 5, 0, 3], "int32"),
+    top_p=np.array([1.0, 0.9, 0.7, 1.0], "float32"),
+    seed=np.array([1, 2, 3, 4], "int32"),
+)
+
+
+def test_rows_of_different_settings_merged_equal_in_process_generation(music):
+    model, loaded = music
+    inputs = GENERATE_MIXED
+    tokens = loaded.run("generate", inputs)["tokens"]
+    for row in range(len(tokens)):
+        primer, count = inputs["primer"][row : row + 1], int(inputs["max_new_tokens"][row])
+        expected = np.asarray(continue_sequence(
+            model, primer, count, temperature=float(inputs["temperature"][row]), top_k=int(inputs["top_k"][row]),
+            top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
+        ))[0]
+        np.testing.assert_array_equal(tokens[row], _padded(expected, tokens.shape[1]), err_msg=f"row {row}")
+
+
+def test_image_rows_of_different_settings_merged_equal_in_process_sampling(images):
+    model, loaded = images
+    inputs = COMPLETE
+    pixels = loaded.run("complete", inputs)["pixels"]
+    for row in range(len(pixels)):
+        expected = sample_images(
+            model, class_labels=inputs["class_label"][row : row + 1], known_pixels=inputs["pixels"][row : row + 1],
+            known_rows=int(inputs["known_rows"][row]), temperature=float(inputs["temperature"][row]),
+            seed=int(inputs["seed"][row]),
+        )
+        np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0], err_msg=f"row {row}")
 
 
 def test_eight_concurrent_clients_get_every_generation(music):
