@@ -14,7 +14,9 @@ training length and at twice it (non-overlapping chunks), `continuation.mid`
 continuation in two colours), `attention.png` (each head's attention of the
 last generated events back over the sequence), the trained `.keras` model,
 `report.json` (with sanity numbers of the continuation: notes per second,
-pitch range, longest note against the piece's length), checkpoints,
+pitch range, longest note against the piece's length; and its note
+statistics beside the held-out data's: note lengths, polyphony, note-offs
+that close a sounding note), checkpoints,
 TensorBoard logs, and with `--export_dir` a SavedModel for TF Serving.
 
     python recipes/music.py --model_dir runs/music --preset tiny --epochs 5
@@ -357,13 +359,36 @@ def write_continuation(args, run, model, music_data, held_out):
             if checks["notes"] else ""
         )
     )
+    statistics = {
+        "continuation": music_data.performance_statistics([tokens], starts=[len(primer)]),
+        "held_out": music_data.performance_statistics(held_out),
+    }
+    log_statistics(run, statistics)
     return {
         "primer_events": int(len(primer)),
         "generated_events": int(len(tokens) - len(primer)),
         "primer_seconds": primer_seconds,
         "primer_notes": len(primer_notes),
         "sanity": checks,
+        "note_statistics": statistics,
     }
+
+
+STATISTICS_SHOWN = {
+    "median_note_seconds": "median note length (s)",
+    "share_of_notes_over_2s": "share of notes over 2 s",
+    "mean_polyphony": "mean polyphony (notes at once)",
+    "p95_polyphony": "95th-percentile polyphony",
+    "notes_per_second": "notes per second",
+    "share_of_note_offs_closing_a_note": "share of note-offs closing a note",
+}
+
+
+def log_statistics(run, statistics):
+    """The continuation's note statistics beside the held-out data's."""
+    run.log(f"{'note statistics':34s} {'continuation':>12s} {'held out':>10s}")
+    for key, label in STATISTICS_SHOWN.items():
+        run.log(f"{label:34s} {statistics['continuation'][key]:12.2f} {statistics['held_out'][key]:10.2f}")
 
 
 # ------------------------------------------------------------------- main

@@ -67,6 +67,7 @@ from keras_selfattn.data.music.files import (
     find_midi_files,
     load_performances,
 )
+from keras_selfattn.data.music.statistics import performance_statistics
 from keras_selfattn.data.music.pipeline import (
     DEFAULT_AUGMENTATIONS,
     augmented_performances,
@@ -107,6 +108,7 @@ __all__ = [
     "midi_to_events",
     "note_sequence_to_events",
     "performance_encoding",
+    "performance_statistics",
     "steps_per_epoch",
     "training_dataset",
     "vocabulary_size",
