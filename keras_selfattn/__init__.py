@@ -7,6 +7,7 @@ from keras_selfattn.layers import (
     LocalRelativeAttention1D,
     MultiHeadAttention,
     PositionEmbedding,
+    RelationalAttention,
     RelativeMultiHeadAttention,
     SinusoidalPositionEncoding,
     SinusoidalPositionEncodingND,
