@@ -35,12 +35,27 @@ def _flat_index(batch, heads, query_length, width, columns):
     return rows[..., None] * width + columns
 
 
-def _dense_index(relations, batch, heads, num_ids):
-    """`[batch, heads, query, key]` flat index of each pair's relation in a
-    `[batch, heads, query, num_ids]` tensor."""
+def _pair_rows(relations, batch, num_ids):
+    """`[batch, query, key]`: the row of each pair's relation in a
+    `[batch * query * num_ids, heads]` tensor (heads last)."""
     query_length = ops.shape(relations)[1]
-    relations = ops.cast(relations, "int32")[:, None]
-    return _flat_index(batch, heads, query_length, num_ids, relations)
+    relations = ops.cast(relations, "int32")
+    return _flat_index(batch, 1, query_length, num_ids, relations[:, None])[:, 0]
+
+
+def _heads_last(x):
+    """`[b, h, q, n]` -> `[b, q, n, h]`."""
+    return ops.transpose(x, (0, 2, 3, 1))
+
+
+def _heads_second(x):
+    """`[b, q, n, h]` -> `[b, h, q, n]`."""
+    return ops.transpose(x, (0, 3, 1, 2))
+
+
+# The dense form moves whole rows of `heads` numbers: one index per pair
+# rather than per pair and head, and gathers and scatters of rows, which
+# run several times faster than of single numbers on the CPU.
 
 
 def gather_relation_logits(query_table_logits, relations):
@@ -56,8 +71,8 @@ def gather_relation_logits(query_table_logits, relations):
         `out[b, h, i, j] = query_table_logits[b, h, i, relations[b, i, j]]`.
     """
     batch, heads, _, num_ids = ops.shape(query_table_logits)
-    index = _dense_index(relations, batch, heads, num_ids)
-    return ops.take(ops.reshape(query_table_logits, (-1,)), index, axis=0)
+    rows = ops.reshape(_heads_last(query_table_logits), (-1, heads))
+    return _heads_second(ops.take(rows, _pair_rows(relations, batch, num_ids), axis=0))
 
 
 def sum_weights_by_relation(weights, relations, num_ids):
@@ -73,10 +88,14 @@ def sum_weights_by_relation(weights, relations, num_ids):
         `weights[b, h, i, j]` over the keys `j` with `relations[b, i, j] == r`.
     """
     batch, heads, query_length, _ = ops.shape(weights)
-    index = _dense_index(relations, batch, heads, num_ids)
-    total = batch * heads * query_length * num_ids
-    sums = ops.segment_sum(ops.reshape(weights, (-1,)), ops.reshape(index, (-1,)), total)
-    return ops.reshape(ops.cast(sums, weights.dtype), (batch, heads, query_length, num_ids))
+    rows = _pair_rows(relations, batch, num_ids)
+    sums = ops.segment_sum(
+        ops.reshape(_heads_last(weights), (-1, heads)),
+        ops.reshape(rows, (-1,)),
+        batch * query_length * num_ids,
+    )
+    sums = ops.reshape(ops.cast(sums, weights.dtype), (batch, query_length, num_ids, heads))
+    return _heads_second(sums)
 
 
 def _edge_columns(edges):
