@@ -7,6 +7,7 @@ import tempfile
 import keras
 
 from keras_selfattn.export.contract import check_serving_contract
+from keras_selfattn.models.graph_transformer import GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
 from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 
@@ -29,7 +30,9 @@ def export_for_serving(
     Signatures, by family:
 
     - every model: `serving_default`, the forward pass, keyed by the model's
-      input names -> `logits` (`dmol_params` for a DMOL head).
+      input names -> `logits` (`dmol_params` for a DMOL head, `encodings`
+      for `graph_transformer`, whose inputs are `token_ids` int32 `[B, N]`
+      and `relations` int32 `[B, N, N]`).
     - `music_transformer` (decoder-only): `generate`: `primer` int32
       `[B, T]`, `max_new_tokens` int32 `[B]`, `temperature` float32 `[B]`,
       `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]` ->
@@ -106,11 +109,12 @@ def export_for_serving(
 
 
 def _family(model):
-    """`("sequence" | "translation" | "image", the model as its family's class)`."""
+    """`("sequence" | "translation" | "image" | "graph", the model as its family's class)`."""
     for family, model_class in (
         ("sequence", MusicTransformer),
         ("translation", TranslationTransformer),
         ("image", ImageTransformer),
+        ("graph", GraphTransformer),
     ):
         try:
             return family, model_class.from_model(model)
@@ -118,7 +122,8 @@ def _family(model):
             continue
     raise ValueError(
         "`model` must be built by keras_selfattn.models (music_transformer, "
-        "transformer_translation, image_transformer or image_super_resolution). "
+        "transformer_translation, image_transformer, image_super_resolution or "
+        "graph_transformer). "
         f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
     )
 
@@ -127,7 +132,12 @@ def _endpoints(model, family, tokenizer, beam_size, alpha, max_length):
     from keras_selfattn.export import image_signatures, sequence_signatures
 
     is_dmol = family == "image" and model.is_dmol
-    endpoints = [_forward_endpoint(model, "dmol_params" if is_dmol else "logits")]
+    output_name = {"graph": "encodings"}.get(family, "dmol_params" if is_dmol else "logits")
+    endpoints = [_forward_endpoint(model, output_name)]
+    if family == "graph":
+        if tokenizer is not None:
+            raise ValueError("`tokenizer` is for translation models only. Received a graph model")
+        return endpoints, []
     if family == "image":
         return endpoints + image_signatures.image_endpoints(model), []
     if tokenizer is not None and family != "translation":

@@ -6,6 +6,11 @@ from keras_selfattn.models.decoding import (
     initial_caches,
     layers_by_name,
 )
+from keras_selfattn.models.graph_transformer import (
+    GRAPH_PRESETS,
+    GraphTransformer,
+    graph_transformer,
+)
 from keras_selfattn.models.image_decoding import (
     generation_order,
     image_decoder_step,

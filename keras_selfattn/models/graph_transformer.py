@@ -1,0 +1,149 @@
+"""A Transformer encoder over graphs: node tokens and typed relations
+(relational attention; Hellendoorn et al. 2020, GREAT)."""
+
+import keras
+from keras import ops
+
+from keras_selfattn.layers.argument_checks import check_positive_int
+from keras_selfattn.layers.relational_attention import RelationalAttention
+from keras_selfattn.models.config import (
+    check_divisible_width,
+    check_vocabulary_size,
+    resolve_preset,
+)
+from keras_selfattn.models.decoding import layers_by_name, numbered_layers
+from keras_selfattn.models.family_model import FamilyModel
+
+GRAPH_PRESETS = {
+    # Transformer-base sizes.
+    "base": dict(
+        num_layers=6, hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1,
+        add_relative_bias=True, heads_share_relative_embedding=True,
+    ),
+    "small": dict(
+        num_layers=4, hidden_dim=128, num_heads=4, feedforward_dim=512, dropout=0.1,
+        add_relative_bias=True, heads_share_relative_embedding=True,
+    ),
+    "tiny": dict(
+        num_layers=2, hidden_dim=32, num_heads=2, feedforward_dim=64, dropout=0.0,
+        add_relative_bias=True, heads_share_relative_embedding=True,
+    ),
+}
+
+_BLOCK_PARTS = ("attention_norm", "attention", "feedforward_norm", "feedforward", "output")
+
+
+def graph_transformer(vocab_size, num_relations, preset="base", **overrides):
+    """Builds a pre-norm Transformer encoder over a graph as a Functional model.
+
+    Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
+    nodes]}`: int32 node tokens (0 = padding: padded nodes neither attend
+    nor are attended to) and dense relation ids (0 = no relation, `1 ..
+    num_relations` the edge types from node `i` to node `j`, as
+    `RelationalAttention` reads them). Output float32 node encodings
+    `[batch, nodes, hidden_dim]`.
+
+    Args:
+        vocab_size: number of token ids (>= 2), id 0 the padding.
+        num_relations: number of relation types (>= 1).
+        preset: `"base"`, `"small"` or `"tiny"`.
+        **overrides: hyperparameters replacing the preset's: `num_layers`,
+            `hidden_dim`, `num_heads` (`key_dim = hidden_dim / num_heads`),
+            `feedforward_dim`, `dropout`, `add_relative_bias`,
+            `heads_share_relative_embedding`.
+
+    Returns:
+        A `GraphTransformer`, whose `attention_scores` method gives a
+        block's attention probabilities.
+    """
+    check_vocabulary_size("vocab_size", vocab_size)
+    check_positive_int("num_relations", num_relations)
+    config = resolve_preset("graph_transformer", GRAPH_PRESETS, preset, overrides)
+    check_divisible_width(config["hidden_dim"], config["num_heads"])
+    layers = {"token_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="token_embedding")}
+    for index in range(config["num_layers"]):
+        layers.update(_block_layers(index, num_relations, config))
+    layers["encoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    relations = keras.Input((None, None), dtype="int32", name="relations")
+    encodings = encode_graph(layers, token_ids, relations)
+    return GraphTransformer(
+        {"token_ids": token_ids, "relations": relations}, encodings, name="graph_transformer"
+    )
+
+
+def _block_layers(index, num_relations, config):
+    prefix = f"encoder_block_{index}_"
+    hidden_dim, dropout = config["hidden_dim"], config["dropout"]
+    return {
+        prefix + "attention_norm": keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "attention_norm"),
+        prefix + "attention": RelationalAttention(
+            num_heads=config["num_heads"],
+            key_dim=hidden_dim // config["num_heads"],
+            num_relations=num_relations,
+            add_relative_bias=config["add_relative_bias"],
+            heads_share_relative_embedding=config["heads_share_relative_embedding"],
+            dropout=dropout,
+            name=prefix + "attention",
+        ),
+        prefix + "feedforward_norm": keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "feedforward_norm"),
+        prefix + "feedforward": keras.layers.Dense(config["feedforward_dim"], activation="relu", name=prefix + "feedforward"),
+        prefix + "output": keras.layers.Dense(hidden_dim, name=prefix + "output"),
+        prefix + "dropout": keras.layers.Dropout(dropout, name=prefix + "dropout"),
+    }
+
+
+def encode_graph(layers, token_ids, relations, training=None, scores_of_block=None):
+    """The encoder's forward pass over its layers by name: float32 node
+    encodings, or with `scores_of_block` (an index, negative from the last)
+    that block's attention probabilities `[batch, heads, nodes, nodes]`."""
+    present = ops.not_equal(token_ids, 0)
+    x = layers["token_embedding"](token_ids)
+    num_blocks = len(numbered_layers(_attention_layers(layers), "encoder_block_"))
+    if scores_of_block is not None:
+        scores_of_block = range(num_blocks)[scores_of_block]
+    for index in range(num_blocks):
+        part = {name: layers[f"encoder_block_{index}_{name}"] for name in _BLOCK_PARTS + ("dropout",)}
+        attended = part["attention"](
+            part["attention_norm"](x), query_mask=present, relations=relations,
+            training=training, return_attention_scores=index == scores_of_block,
+        )
+        if index == scores_of_block:
+            return attended[1]
+        x = x + part["dropout"](attended, training=training)
+        hidden = part["feedforward"](part["feedforward_norm"](x))
+        x = x + part["dropout"](part["output"](hidden), training=training)
+    return ops.cast(layers["encoder_norm"](x), "float32")
+
+
+def _attention_layers(layers):
+    """`{"encoder_block_<i>": block i's attention layer}`."""
+    suffix = "_attention"
+    return {name[: -len(suffix)]: layer for name, layer in layers.items() if name.endswith(suffix)}
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class GraphTransformer(FamilyModel):
+    """A Transformer encoder over graphs (`graph_transformer` builds it).
+
+    Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
+    nodes]}`, output float32 node encodings `[batch, nodes, hidden_dim]`.
+    """
+
+    builder_name = "graph_transformer"
+
+    @classmethod
+    def _has_layout(cls, model):
+        layers = layers_by_name(model)
+        inputs = {tensor.name for tensor in model.inputs}
+        needed = ("token_embedding", "encoder_block_0_attention", "encoder_norm")
+        return all(name in layers for name in needed) and inputs == {"token_ids", "relations"}
+
+    @property
+    def num_relations(self):
+        return self._named_layers["encoder_block_0_attention"].num_relations
+
+    def attention_scores(self, token_ids, relations, block=-1):
+        """`[batch, heads, nodes, nodes]` attention probabilities of encoder
+        block `block` (an index, negative counting from the last)."""
+        return encode_graph(self._named_layers, token_ids, relations, scores_of_block=block)
