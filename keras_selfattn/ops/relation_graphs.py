@@ -85,10 +85,14 @@ def sum_weights_by_relation(weights, relations, num_ids):
 
     Returns:
         `[batch, heads, query, num_ids]`: `out[b, h, i, r]` is the sum of
-        `weights[b, h, i, j]` over the keys `j` with `relations[b, i, j] == r`.
+        `weights[b, h, i, j]` over the keys `j` with `relations[b, i, j] == r`
+        (zero for `r = 0`).
     """
     batch, heads, query_length, _ = ops.shape(weights)
     rows = _pair_rows(relations, batch, num_ids)
+    # Pairs without a relation go to no row (segment sums drop negative
+    # ids): on a sparse graph most pairs, which would all pile onto one row.
+    rows = ops.where(ops.equal(ops.cast(relations, "int32"), 0), -1, rows)
     sums = ops.segment_sum(
         ops.reshape(_heads_last(weights), (-1, heads)),
         ops.reshape(rows, (-1,)),
