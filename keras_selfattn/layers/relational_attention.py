@@ -50,7 +50,9 @@ class RelationalAttention(MultiHeadAttention):
       num_relations` a relation type;
     - sparse: an int edge list `[num_edges, 4]` of `(batch, query, key,
       relation)` rows; several edges on one pair add their terms, and an
-      edge of relation 0 adds nothing (pad edge lists with zero rows).
+      edge of relation 0 adds nothing (pad edge lists with zero rows). Its
+      first axis counts edges, not examples: as an input of a model that
+      `fit` or `predict` cut into batches, pass dense ids instead.
 
     Tables: `relative_key_embeddings` `(num_relations, key_dim)` and
     `relative_value_embeddings` `(num_relations, value_dim)`, row `r - 1`
