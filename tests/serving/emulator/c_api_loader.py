@@ -221,6 +221,10 @@ class CApiSavedModel:
             outputs = [self._reader.tensor() for _ in range(count)]
         return dict(zip(output_keys, outputs))
 
+    def input_names(self, signature_name):
+        """The input keys of a signature, sorted."""
+        return sorted(find_signature(self._signatures, signature_name)["inputs"])
+
     def has_ops(self, names):
         """`{op name: registered}` in the loader's op registry (core and loaded libraries)."""
         names = list(names)
