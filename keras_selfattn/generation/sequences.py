@@ -1,6 +1,7 @@
 """Music continuation and translation over the cached decoder steps."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_selfattn.generation.execution import graph_when_eager
@@ -14,8 +15,9 @@ from keras_selfattn.models.sequence_models import MusicTransformer, TranslationT
 START_ID = 0
 
 
-@graph_when_eager
-def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0, top_p=1.0, seed=None):
+def continue_sequence(
+    model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None
+):
     """Continues each primer with `max_new_tokens` tokens of a decoder-only model.
 
     The primer fills the cache in one call; each new token is then chosen
@@ -29,6 +31,11 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
         primer: int `[batch, primer_length]` tokens, `primer_length >= 1`
             (static).
         max_new_tokens: how many tokens to add, an int >= 1.
+        primer_length: optional int `[batch]`: each row's own primer length,
+            in `[1, primer.shape[1]]`, for primers of different lengths padded
+            to one width (the padding's values are ignored). Each row then
+            continues from its own length, and equals its primer continued
+            alone. `None`: every row's primer is the whole width.
         temperature: softmax temperature; 0 takes the argmax (greedy).
         top_k: sample among the `top_k` most likely tokens; 0 = all.
         top_p: sample from the smallest set of most likely tokens whose
@@ -38,13 +45,16 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
 
     Returns:
         int32 `[batch, primer_length + max_new_tokens]`: the primer, then the
-        new tokens.
+        new tokens. With `primer_length`, row `i` holds its own
+        `primer_length[i]` tokens, its `max_new_tokens` new ones, then zeros.
 
     Raises:
         ValueError: for a model that is not a decoder-only sequence model, a
             primer that is not `[batch, length >= 1]` or longer than the
             model's position signal allows, `max_new_tokens < 1` or past that
-            maximum, or sampling settings out of range.
+            maximum, a `primer_length` (list or numpy array) that is not
+            `[batch]` lengths in `[1, primer.shape[1]]`, or sampling settings
+            out of range.
 
     Example:
 
@@ -54,34 +64,62 @@ def continue_sequence(model, primer, max_new_tokens, *, temperature=1.0, top_k=0
     >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
     (1, 5)
     """
+    if primer_length is not None:
+        primer_length = _row_lengths(primer_length, primer)
+    return _continue_sequence(
+        model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed,
+    )
+
+
+@graph_when_eager
+def _continue_sequence(model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed):
     model = MusicTransformer.from_model(model)
     check_sampling_arguments(temperature, top_k, top_p)
     primer = _int_tokens("primer", primer)
-    primer_length = primer.shape[1]
+    width = primer.shape[1]
     limit = model.max_length
-    if limit is not None and primer_length > limit:
+    if limit is not None and width > limit:
         raise ValueError(
             f"`primer` is longer than the model's maximum length {limit}. "
             f"Received: primer.shape={tuple(primer.shape)}"
         )
-    _check_count("max_new_tokens", max_new_tokens, None if limit is None else limit - primer_length)
+    _check_count("max_new_tokens", max_new_tokens, None if limit is None else limit - width)
     seed = resolve_seed(seed)
 
     def choose(logits, index):
         return choose_tokens(logits, seed, index, temperature, top_k, top_p)
 
-    return extend_sequence(model, primer, max_new_tokens, choose)
+    if primer_length is None:
+        return extend_sequence(model, primer, max_new_tokens, choose)
+    tokens = extend_sequence(model, primer, max_new_tokens, choose, primer_length=primer_length)
+    return _zeros_past(tokens, ops.cast(primer_length, "int32") + max_new_tokens)
 
 
-def extend_sequence(model, primer, max_new_tokens, choose):
+def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None):
     """The primer followed by `max_new_tokens` tokens, each `choose(logits
     [batch, vocab], index)` of one cached step of the `MusicTransformer`.
 
-    The primer's length and `max_new_tokens` may be tensors (a serving
-    signature's dynamic lengths); the primer is at least one token long.
+    The primer's width and `max_new_tokens` may be tensors (a serving
+    signature's dynamic lengths); the primer is at least one token wide.
+    With `primer_length` (int `[batch]`, each in `[1, width]`), row `i`'s
+    primer is its first `primer_length[i]` tokens and its new tokens start
+    there, up to the buffer's end (`width + max_new_tokens` columns; so
+    `max_new_tokens` may then be 0): the caller keeps what each row asked for.
+
+    The whole width fills the cache in one call. A row whose primer is
+    shorter gets its padding's cache entries overwritten by its own steps
+    before any query can see them (a step writes its position first, and
+    attention is causal); a row whose primer is longer than the shortest is
+    fed its own next primer token, not the chosen one, until its primer ends.
     """
-    primer_length = ops.shape(primer)[1]
-    total_length = primer_length + max_new_tokens
+    width = ops.shape(primer)[1]
+    total_length = width + max_new_tokens
+    start = width - 1
+    if primer_length is not None:
+        primer_length = ops.cast(primer_length, "int32")
+        primer = _zeros_past(primer, primer_length)
+        start = ops.min(primer_length) - 1
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
     caches = model.initial_caches(ops.shape(primer)[0], total_length)
     _, caches = model.call_with_cache(primer[:, :-1], caches, 0)
@@ -89,10 +127,42 @@ def extend_sequence(model, primer, max_new_tokens, choose):
     def step(index, state):
         tokens, caches = state
         logits, caches = model.call_with_cache(_column(tokens, index), caches, index)
-        return _write_column(tokens, index + 1, choose(logits[:, -1], index)), caches
+        chosen = choose(logits[:, -1], index)
+        if primer_length is not None:
+            in_primer = index + 1 < primer_length
+            chosen = ops.where(in_primer, ops.take(tokens, index + 1, axis=1), chosen)
+        return _write_column(tokens, index + 1, chosen), caches
 
-    tokens, _ = ops.fori_loop(primer_length - 1, total_length - 1, step, (tokens, caches))
+    tokens, _ = ops.fori_loop(start, total_length - 1, step, (tokens, caches))
     return tokens
+
+
+def _zeros_past(tokens, lengths):
+    """`tokens` with zeros from column `lengths[i]` on in row `i`."""
+    positions = ops.arange(ops.shape(tokens)[1], dtype="int32")
+    return ops.where(positions[None, :] < lengths[:, None], tokens, 0)
+
+
+def _row_lengths(primer_length, primer):
+    """`primer_length` checked against the primer when its values are known
+    (a list or numpy array); a tensor passes as it is."""
+    if keras.ops.is_tensor(primer_length):
+        return primer_length
+    lengths = np.asarray(primer_length)
+    primer_shape = tuple(ops.shape(primer))
+    width = primer_shape[1] if len(primer_shape) == 2 else None
+    if (
+        lengths.ndim != 1
+        or lengths.dtype.kind not in "iu"
+        or lengths.shape[0] != primer_shape[0]
+        or not ((lengths >= 1) & (lengths <= (width or 0))).all()
+    ):
+        raise ValueError(
+            f"`primer_length` must be one integer a row of `primer`, each in [1, {width}] "
+            f"(the primer's width). Received: primer_length={primer_length!r}, "
+            f"primer.shape={primer_shape}"
+        )
+    return lengths.astype("int32")
 
 
 @graph_when_eager

@@ -57,6 +57,16 @@ def test_sampling_settings(settings, message):
         continue_sequence(music_model("absolute"), PRIMER, 2, **settings)
 
 
+@pytest.mark.parametrize(
+    "primer_length",
+    [[0], [4], [1, 2], [[2]], [1.5], np.array([2.0])],
+    ids=["zero", "past the width", "two rows", "nested", "float", "float array"],
+)
+def test_primer_length_is_one_length_a_row_within_the_width(primer_length):
+    with pytest.raises(ValueError, match=r"`primer_length` must be one integer a row of `primer`, each in \[1, 3\]"):
+        continue_sequence(music_model("absolute"), PRIMER, 2, primer_length=primer_length)
+
+
 def test_sequence_lengths():
     model = music_model("absolute")
     with pytest.raises(ValueError, match=r"`max_new_tokens` must be an integer >= 1.*max_new_tokens=0"):

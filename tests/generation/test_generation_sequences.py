@@ -63,6 +63,42 @@ def test_sampling_keeps_the_primer_and_follows_the_seed():
     assert first.min() >= 0 and first.max() < 20
 
 
+@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
+def test_primers_of_different_lengths_each_continue_from_their_own_length(attention):
+    model = sharpen(music_model(attention), factor=2.0)
+    primer = _primer(batch=3, length=6)
+    lengths = np.array([3, 6, 2])
+    padding = RNG.integers(0, 20, primer.shape).astype("int32")
+    padded = np.where(np.arange(6) < lengths[:, None], primer, padding)  # padding values are ignored
+    tokens = np.asarray(continue_sequence(model, padded, 4, primer_length=lengths, temperature=0))
+    assert tokens.shape == (3, 10)
+    for row, length in enumerate(lengths):
+        expected = greedy_music(model, primer[row : row + 1, :length], 4)[0]
+        np.testing.assert_array_equal(tokens[row, : length + 4], expected, err_msg=f"row {row}")
+        assert not tokens[row, length + 4 :].any()
+
+
+def test_a_padded_sampled_primer_draws_what_it_draws_unpadded():
+    model = music_model("relative_global")
+    primer = _primer(batch=1, length=6)
+    for length in (2, 5):
+        padded = continue_sequence(model, primer, 5, primer_length=[length], seed=3, top_k=6)
+        alone = continue_sequence(model, primer[:, :length], 5, seed=3, top_k=6)
+        np.testing.assert_array_equal(np.asarray(padded)[:, : length + 5], alone)
+
+
+def test_a_source_translates_alike_however_far_it_is_padded():
+    model = sharpen(translation_model("shaw"))
+    source = _source()
+    wider = np.pad(source, [(0, 0), (0, 5)])
+    np.testing.assert_array_equal(translate_tokens(model, wider, 7), translate_tokens(model, source, 7))
+    if ON_TENSORFLOW:  # beam search
+        tokens, scores = translate_tokens(model, source, 7, beam_size=3, return_scores=True)
+        wide_tokens, wide_scores = translate_tokens(model, wider, 7, beam_size=3, return_scores=True)
+        np.testing.assert_array_equal(wide_tokens, tokens)
+        np.testing.assert_allclose(wide_scores, scores, rtol=1e-6)
+
+
 @pytest.mark.parametrize("position", ["sinusoidal", "shaw"])
 def test_greedy_translation_equals_the_uncached_argmax_loop(position):
     model = sharpen(translation_model(position))
