@@ -110,6 +110,7 @@ def run_music(args):
         raise ClientError(f"no events in the primer {args.primer} (an empty MIDI file?)")
     inputs = {
         "primer": events[None],
+        "primer_length": _column(events.size, np.int32, 1),
         "max_new_tokens": _column(args.max_new_tokens, np.int32, 1),
         "temperature": _column(args.temperature, np.float32, 1),
         "top_k": _column(args.top_k, np.int32, 1),

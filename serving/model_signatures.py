@@ -24,14 +24,15 @@ MODEL_SIGNATURES = {
 SIGNATURES = {
     "generate": {
         "inputs": {
-            "primer": "int32",  # [B, T]
+            "primer": "int32",  # [B, T]: primers padded to the longest
+            "primer_length": "int32",  # [B]: each row's own primer length, in [1, T]
             "max_new_tokens": "int32",  # [B]
             "temperature": "float32",  # [B]
             "top_k": "int32",  # [B]
             "top_p": "float32",  # [B]
             "seed": "int32",  # [B]
         },
-        "outputs": {"tokens": "int32", "status": "string"},  # tokens [B, T + max(max_new_tokens)]
+        "outputs": {"tokens": "int32", "status": "string"},  # tokens [B, max(T, primer_length + max_new_tokens)], zeros past a row's own
     },
     "translate": {
         "inputs": {"text": "string"},  # [B]

@@ -127,6 +127,8 @@ def example_inputs(specs, rows=2, temperature=0.0):
             value = np.zeros(shape)
         elif key == "max_new_tokens":
             value = np.full(shape, 4)
+        elif key == "primer_length":
+            value = np.full(shape, shapes["primer"][1])
         elif key == "seed":
             value = np.arange(int(np.prod(shape))).reshape(shape)
         elif key == "known_rows":

@@ -10,53 +10,68 @@ ROWS = request_checks.ROWS
 
 
 def generate_endpoint(model, max_length):
-    """`generate(primer, max_new_tokens, temperature, top_k, top_p, seed)`
-    -> `{"tokens": int32 [B, T + N], "status": string [B]}`, N the largest
-    `max_new_tokens` of the good rows, zeros past each row's own count; each
-    good row as `continue_sequence` gives it alone. A bad row gets its
-    problem in `status` and zeros in `tokens`."""
+    """`generate(primer, primer_length, max_new_tokens, temperature, top_k,
+    top_p, seed)` -> `{"tokens": int32 [B, L], "status": string [B]}`.
+
+    Primers of different lengths share a batch padded to the longest: row
+    `i`'s primer is its first `primer_length[i]` tokens (the padding's values
+    are ignored), its `tokens` row holds them, then its `max_new_tokens[i]`
+    new tokens, then zeros; `L` is the longest such row (or the primer's
+    width). Each good row is what `continue_sequence` gives its own primer
+    alone. A bad row gets its problem in `status` and zeros in `tokens`."""
     vocab_size = model.vocabulary_size
 
-    def generate(primer, max_new_tokens, temperature, top_k, top_p, seed):
-        settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    def generate(primer, primer_length, max_new_tokens, temperature, top_k, top_p, seed):
+        settings = dict(
+            primer_length=primer_length, max_new_tokens=max_new_tokens, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed,
+        )
         _, checks = request_checks.batch_size_of(dict(primer=primer, **settings))
         primer = request_checks.after(checks, primer)
         settings = {name: request_checks.after(checks, value) for name, value in settings.items()}
-        max_new_tokens, temperature, top_k, top_p, seed = settings.values()
+        primer_length, max_new_tokens, temperature, top_k, top_p, seed = settings.values()
         width = tf.shape(primer)[1]
+        in_primer = tf.range(width)[None, :] < primer_length[:, None]
         status = request_checks.row_status([
             (tf.fill(tf.shape(seed), width < 1), "`primer` must hold at least one token a row"),
             (
-                tf.reduce_any(request_checks.outside(primer, 0, vocab_size - 1), axis=1),
+                request_checks.outside(primer_length, 1, width),
+                "`primer_length` must be in [1, the primer's width] (a row's own primer length)",
+            ),
+            (
+                tf.reduce_any(in_primer & request_checks.outside(primer, 0, vocab_size - 1), axis=1),
                 f"`primer` must be token ids in [0, {vocab_size})",
             ),
             (
-                request_checks.outside(max_new_tokens, 1, max_length - width),
+                request_checks.outside(max_new_tokens, 1, max_length - primer_length),
                 f"`max_new_tokens` must be >= 1, and the primer's length plus it at most the "
                 f"exported maximum {max_length}",
             ),
             *request_checks.sampling_problems(temperature, seed, top_k, top_p),
         ])
         good = tf.equal(status, "")
-        defaults = dict(max_new_tokens=1, temperature=0.0, top_k=0, top_p=1.0, seed=0)
+        defaults = dict(primer_length=1, max_new_tokens=1, temperature=0.0, top_k=0, top_p=1.0, seed=0)
         settings = {name: request_checks.good_or(good, value, defaults[name]) for name, value in settings.items()}
-        # At least one column, and never past the model's positions (only a
-        # request whose every row is bad can be wider).
+        # At least one column, and never past the model's positions (a good
+        # row's primer ends before them; padding may not).
         primer = tf.pad(primer, [[0, 0], [0, tf.maximum(1 - width, 0)]])[:, : max_length - 1]
         primer = request_checks.good_or(good, primer, 0)
+        own_length = settings["primer_length"] + settings["max_new_tokens"]
+        width = tf.shape(primer)[1]
 
         def choose(logits, index):
             return choose_tokens_by_row(
                 logits, settings["seed"], index, settings["temperature"], settings["top_k"], settings["top_p"]
             )
 
-        tokens = extend_sequence(model, primer, tf.reduce_max(settings["max_new_tokens"]), choose)
-        own_length = tf.shape(primer)[1] + settings["max_new_tokens"]
+        new_columns = tf.maximum(tf.reduce_max(own_length) - width, 0)
+        tokens = extend_sequence(model, primer, new_columns, choose, primer_length=settings["primer_length"])
         kept = tf.range(tf.shape(tokens)[1])[None, :] < own_length[:, None]
         return {"tokens": tf.where(kept & good[:, None], tokens, 0), "status": status}
 
     signature = [
         tf.TensorSpec([None, None], tf.int32, name="primer"),
+        tf.TensorSpec(ROWS, tf.int32, name="primer_length"),
         tf.TensorSpec(ROWS, tf.int32, name="max_new_tokens"),
         tf.TensorSpec(ROWS, tf.float32, name="temperature"),
         tf.TensorSpec(ROWS, tf.int32, name="top_k"),

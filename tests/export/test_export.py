@@ -56,6 +56,7 @@ def _call(loaded, signature, **inputs):
 def _generate_inputs(**changes):
     inputs = dict(
         primer=np.array([[3, 4, 5], [6, 7, 8], [1, 2, 3]], "int32"),
+        primer_length=np.array([3, 3, 3], "int32"),
         max_new_tokens=np.array([5, 3, 4], "int32"),
         temperature=np.array([0.0, 0.9, 1.2], "float32"),
         top_k=np.array([0, 5, 0], "int32"),
@@ -112,6 +113,8 @@ def _middle_row(name, value):
         (_middle_row("seed", -1), "`seed` must be an integer >= 0"),
         (_middle_row("primer", [6, 40, 8]), "`primer` must be token ids in [0, 20)"),
         (_middle_row("primer", [6, -1, 8]), "`primer` must be token ids in [0, 20)"),
+        (_middle_row("primer_length", 0), "`primer_length` must be in [1, the primer's width]"),
+        (_middle_row("primer_length", 4), "`primer_length` must be in [1, the primer's width]"),
     ],
 )
 def test_generate_answers_a_bad_row_in_its_status_and_the_others_as_alone(music, changes, message):
@@ -122,6 +125,40 @@ def test_generate_answers_a_bad_row_in_its_status_and_the_others_as_alone(music,
     assert outputs["status"][1].decode().startswith(message)
     assert not outputs["tokens"][1].any()
     np.testing.assert_array_equal(outputs["tokens"][[0, 2]], good["tokens"][[0, 2]])
+
+
+def test_primers_of_different_lengths_in_one_batch_each_continue_as_alone(music):
+    model, loaded, _ = music
+    primers = [[3, 4, 5, 6, 7], [9], [1, 2, 3]]
+    lengths = np.array([len(primer) for primer in primers], "int32")
+    # Padded to the longest with values that must be ignored (token ids or not).
+    padded = np.array([primer + [99] * (5 - len(primer)) for primer in primers], "int32")
+    inputs = _generate_inputs(primer=padded, primer_length=lengths, max_new_tokens=np.array([4, 7, 2], "int32"))
+    outputs = _call(loaded, "generate", **inputs)
+    assert outputs["status"].tolist() == [b"", b"", b""]
+    assert outputs["tokens"].shape == (3, 9)
+    for row, primer in enumerate(primers):
+        count = int(inputs["max_new_tokens"][row])
+        expected = continue_sequence(
+            model, np.array([primer], "int32"), count, temperature=float(inputs["temperature"][row]),
+            top_k=int(inputs["top_k"][row]), top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
+        )
+        own = len(primer) + count
+        np.testing.assert_array_equal(outputs["tokens"][row, :own], np.asarray(expected)[0], err_msg=f"row {row}")
+        assert not outputs["tokens"][row, own:].any()
+
+
+def test_a_short_primer_may_ask_for_what_the_longest_may_not(music):
+    """The maximum length bounds each row's own primer plus its count."""
+    _, loaded, _ = music
+    limit = 3 + 13  # `_generate_inputs`' rows reach the exported maximum at 13 new tokens
+    primer = np.array([[3, 4, 5, 6, 7, 8, 9, 1], [6, 7, 8, 0, 0, 0, 0, 0], [1, 2, 3, 0, 0, 0, 0, 0]], "int32")
+    inputs = _generate_inputs(
+        primer=primer, primer_length=np.array([8, 3, 3], "int32"), max_new_tokens=np.array([8, 13, 1], "int32")
+    )
+    outputs = _call(loaded, "generate", **inputs)
+    assert outputs["status"].tolist() == [b"", b"", b""]
+    assert outputs["tokens"].shape == (3, limit)
 
 
 def test_generate_refuses_rows_of_different_batch_sizes(music):

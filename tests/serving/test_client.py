@@ -115,7 +115,8 @@ def test_batching_config_parses_and_meets_the_servers_requirements():
     assert sizes[-1] == parameters.max_batch_size.value
     assert parameters.num_batch_threads.value >= 1
     assert 0 < parameters.batch_timeout_micros.value <= 10_000
-    assert not parameters.pad_variable_length_inputs
+    # `generate` primers of different lengths merge, padded (see `primer_length`).
+    assert parameters.pad_variable_length_inputs
 
 
 def test_compose_file_runs_the_matching_server_with_the_configs_mounted():
@@ -641,6 +642,7 @@ def test_music_sends_the_primer_events_and_writes_primer_and_continuation(
         "instances": [
             {
                 "primer": primer.tolist(),
+                "primer_length": primer.size,
                 "max_new_tokens": 5,
                 "temperature": float(np.float32(0.9)),
                 "top_k": 8,

@@ -22,6 +22,7 @@ import client  # noqa: E402
 
 GENERATE = dict(
     primer=np.array([[3, 4, 5], [6, 7, 8]], "int32"),
+    primer_length=np.array([3, 3], "int32"),
     max_new_tokens=np.array([5, 3], "int32"),
     temperature=np.array([0.0, 0.9], "float32"),
     top_k=np.array([0, 5], "int32"),
@@ -154,6 +155,7 @@ MERGED_WITH_A_BAD_ROW = [
     ("music", "generate", GENERATE, dict(GENERATE, top_p=_one_row(2.0, "float32")), "`top_p` must be in (0, 1]"),
     ("music", "generate", GENERATE, dict(GENERATE, max_new_tokens=_one_row(20, "int32")), "`max_new_tokens` must be"),
     ("music", "generate", GENERATE, dict(GENERATE, primer=np.array([[3, 99, 5]], "int32")), "`primer` must be token"),
+    ("music", "generate", GENERATE, dict(GENERATE, primer_length=_one_row(0, "int32")), "`primer_length` must be"),
     ("translation", "translate", {"text": np.array(TEXTS, object)}, {"text": np.array([""], object)},
      "`text` must not be empty"),
     ("translation", "translate", {"text": np.array(TEXTS, object)}, {"text": np.array([b"\xc3\x28"], object)},
@@ -198,6 +200,7 @@ def test_a_bad_row_merged_with_good_ones_leaves_them_their_solo_answers(
 
 GENERATE_MIXED = dict(
     primer=np.array([[3, 4, 5], [6, 7, 8], [9, 1, 2], [4, 4, 4]], "int32"),
+    primer_length=np.array([3, 3, 3, 3], "int32"),
     max_new_tokens=np.array([5, 3, 9, 1], "int32"),
     temperature=np.array([0.0, 0.9, 1.3, 0.6], "float32"),
     top_k=np.array([0, 5, 0, 3], "int32"),
@@ -217,6 +220,52 @@ def test_rows_of_different_settings_merged_equal_in_process_generation(music):
             top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
         ))[0]
         np.testing.assert_array_equal(tokens[row], _padded(expected, tokens.shape[1]), err_msg=f"row {row}")
+
+
+def _server_merged(requests):
+    """Requests merged as the server does with `pad_variable_length_inputs`:
+    each input padded to the longest past the batch dimension with its
+    request's first value (a real event, for a primer), then concatenated."""
+    merged = {}
+    for key in requests[0]:
+        width = max(request[key].shape[1:] for request in requests)
+        padded = [
+            np.pad(request[key], [(0, 0)] + [(0, w - s) for w, s in zip(width, request[key].shape[1:])],
+                   constant_values=request[key].flat[0])
+            for request in requests
+        ]
+        merged[key] = np.concatenate(padded)
+    return merged
+
+
+def _generate_request(primer, **settings):
+    primer = np.array([primer], "int32")
+    return dict(primer=primer, primer_length=np.array([primer.shape[1]], "int32"), **settings)
+
+
+def test_primers_of_different_lengths_merged_get_their_solo_answers(music):
+    model, loaded = music
+    requests = [
+        _generate_request([3, 4, 5, 6, 7, 8, 9], max_new_tokens=_one_row(4, "int32"),
+                          temperature=_one_row(0.0, "float32"), top_k=_one_row(0, "int32"),
+                          top_p=_one_row(1.0, "float32"), seed=_one_row(1, "int32")),
+        _generate_request([9], max_new_tokens=_one_row(9, "int32"), temperature=_one_row(1.1, "float32"),
+                          top_k=_one_row(0, "int32"), top_p=_one_row(0.9, "float32"), seed=_one_row(2, "int32")),
+        _generate_request([6, 7, 8], max_new_tokens=_one_row(2, "int32"), temperature=_one_row(0.8, "float32"),
+                          top_k=_one_row(4, "int32"), top_p=_one_row(1.0, "float32"), seed=_one_row(3, "int32")),
+    ]
+    outputs = loaded.run("generate", _server_merged(requests))
+    assert outputs["status"].tolist() == [b"", b"", b""]
+    for row, request in enumerate(requests):
+        solo = loaded.run("generate", request)["tokens"][0]
+        np.testing.assert_array_equal(outputs["tokens"][row], _padded(solo, outputs["tokens"].shape[1]),
+                                      err_msg=f"row {row}")
+        expected = continue_sequence(
+            model, request["primer"], int(request["max_new_tokens"][0]),
+            temperature=float(request["temperature"][0]), top_k=int(request["top_k"][0]),
+            top_p=float(request["top_p"][0]), seed=int(request["seed"][0]),
+        )
+        np.testing.assert_array_equal(solo, np.asarray(expected)[0], err_msg=f"row {row} in process")
 
 
 def test_image_rows_of_different_settings_merged_equal_in_process_sampling(images):
