@@ -60,6 +60,41 @@ def test_folder_labels_come_from_the_first_sub_folder(image_folder):
     assert "broken.jpeg" in reasons
 
 
+def _write_16_bit_png(path, samples):
+    import tensorflow as tf
+
+    path.write_bytes(tf.io.encode_png(tf.constant(samples, tf.uint16)).numpy())
+    return path
+
+
+@pytest.mark.parametrize("source_channels", [1, 2, 3, 4], ids=["grey", "grey_alpha", "rgb", "rgba"])
+def test_16_bit_pngs_are_scaled_to_8_bits_by_rounding(tmp_path, source_channels):
+    # Values at and around every rounding edge (v / 257 near k + 0.5), then random ones.
+    edges = [0, 1, 128, 129, 256, 257, 385, 386, 32767, 32768, 32896, 65278, 65406, 65407, 65534, 65535]
+    rng = np.random.default_rng(source_channels)
+    samples = rng.integers(0, 65536, (5, 7, source_channels)).astype("uint16")
+    samples.reshape(-1)[: len(edges)] = edges
+    path = _write_16_bit_png(tmp_path / "deep.png", samples)
+    expected = np.round(samples.astype("float64") * 255.0 / 65535.0).astype("uint8")
+    colour = expected[..., :3] if source_channels >= 3 else np.repeat(expected[..., :1], 3, axis=-1)
+    # The target size is the picture's own: no resampling, the values as decoded.
+    np.testing.assert_array_equal(images.read_image(path, (5, 7), channels=3, fit="resize"), colour)
+    if source_channels <= 2:
+        np.testing.assert_array_equal(images.read_image(path, (5, 7), channels=1, fit="resize"), expected[..., :1])
+    folder = images.read_image_folder(tmp_path, (5, 7), channels=3, fit="resize")
+    np.testing.assert_array_equal(folder.pixels[0], colour)
+
+
+def test_16_bit_png_keeps_its_exif_orientation(tmp_path):
+    samples = np.zeros((2, 3), "uint16")
+    samples[0, 0] = 32896  # 128 in 8 bits
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    Image.fromarray(samples).save(tmp_path / "rotated.png", exif=exif.tobytes())
+    pixels = images.read_image(tmp_path / "rotated.png", (3, 2), channels=1, fit="resize")[..., 0]
+    np.testing.assert_array_equal(pixels, [[0, 128], [0, 0], [0, 0]])
+
+
 def test_crop_keeps_the_aspect_ratio_and_resize_stretches(tmp_path):
     # A 20 x 40 picture: left half black, right half white.
     picture = np.zeros((20, 40), "uint8")

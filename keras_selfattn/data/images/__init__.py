@@ -20,6 +20,7 @@ TFDS_IMAGE_DATASETS = {
 }
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 FIT_MODES = ("crop", "resize")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def digits(held_out_fraction=0.2, seed=0):
@@ -75,6 +76,11 @@ def find_image_files(folder):
 def read_image(path, size, channels=3, fit="crop"):
     """One image file as uint8 `[height, width, channels]` (Pillow).
 
+    A 16-bit PNG is scaled to 8 bits first: each sample `v` in 0..65535
+    becomes `round(v * 255 / 65535)` (`(v + 128) // 257`; no value falls
+    half-way), so 0 stays 0, 65535 becomes 255 and every 8-bit value `b`
+    written as 16 bits (`b * 257`) comes back as `b`.
+
     Args:
         path: a PNG or JPEG file.
         size: `(height, width)` of the result.
@@ -93,6 +99,8 @@ def read_image(path, size, channels=3, fit="crop"):
     height, width = size
     with Image.open(path) as image:
         image.load()  # decodes now, so a truncated file fails here
+        if _is_16_bit_png(path):
+            image = _png_to_8_bits(path, image.info)
         image = ImageOps.exif_transpose(image).convert("L" if channels == 1 else "RGB")
     if fit == "crop":
         image = ImageOps.fit(image, (width, height), method=Image.Resampling.LANCZOS)
@@ -100,6 +108,30 @@ def read_image(path, size, channels=3, fit="crop"):
         image = image.resize((width, height), resample=Image.Resampling.LANCZOS)
     pixels = np.asarray(image, dtype="uint8")
     return pixels[..., None] if channels == 1 else pixels
+
+
+def _is_16_bit_png(path):
+    """Whether `path` is a PNG of 16 bits a sample (its IHDR chunk's bit depth)."""
+    with open(path, "rb") as handle:
+        head = handle.read(25)
+    return len(head) == 25 and head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR" and head[24] == 16
+
+
+def _png_to_8_bits(path, info):
+    """A 16-bit PNG as an 8-bit Pillow image (L, LA, RGB or RGBA) keeping its
+    `info` (EXIF orientation included): `round(v * 255 / 65535)` a sample.
+    Pillow alone clips 16-bit grey to 255 and truncates 16-bit colour."""
+    import tensorflow as tf
+    from PIL import Image
+
+    try:
+        samples = tf.io.decode_png(Path(path).read_bytes(), channels=0, dtype=tf.uint16).numpy()
+    except tf.errors.InvalidArgumentError as error:  # a PNG Pillow read but libpng rejects
+        raise OSError(f"cannot decode 16-bit PNG {str(path)!r}: {error.message}") from None
+    eight_bits = ((samples.astype("uint32") + 128) // 257).astype("uint8")
+    image = Image.fromarray(eight_bits[..., 0] if eight_bits.shape[-1] == 1 else eight_bits)
+    image.info.update(info)
+    return image
 
 
 def _check_fit(fit, channels):
