@@ -2,7 +2,9 @@
 
 import csv
 import hashlib
+import io
 import logging
+import tarfile
 
 import numpy as np
 import pretty_midi
@@ -12,6 +14,7 @@ from note_seq.performance_lib import PerformanceEvent
 
 from keras_selfattn.data import music
 from keras_selfattn.data.music import events as music_events
+from keras_selfattn.data.music import files as music_files
 
 PIANO = dict(min_pitch=21, max_pitch=108)
 
@@ -184,6 +187,83 @@ def test_folder_skips_and_reports_bad_files_and_caches(tmp_path, caplog, monkeyp
         music.encode_performances([good], cache, max_pitch=100, progress=False)
 
 
+def _damaged(data, damage):
+    """The bytes of a cached `.npy` entry after `damage`."""
+    if damage == "empty":
+        return b""
+    if damage == "truncated":
+        return data[: len(data) // 2]
+    if damage == "garbage":
+        return bytes(len(data))
+    buffer = io.BytesIO()
+    events = np.load(io.BytesIO(data))
+    np.save(buffer, events.astype("float64") if damage == "float" else np.full_like(events, 9999))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "float", "ids_out_of_range"])
+def test_a_damaged_cache_entry_is_logged_and_encoded_again(tmp_path, caplog, damage):
+    midi = _write_midi(tmp_path / "piece.mid", _random_notes(np.random.default_rng(5)))
+    cache = tmp_path / "cache"
+    music.encode_performances([midi], cache, progress=False)
+    (entry,) = cache.glob("*.npy")
+    entry.write_bytes(_damaged(entry.read_bytes(), damage))
+    with caplog.at_level(logging.WARNING, logger="keras_selfattn.data.music"):
+        performances, skipped = music.encode_performances([midi], cache, progress=False)
+    fresh = music.midi_to_events(midi)
+    assert skipped == []
+    assert performances[0].dtype == np.int32
+    np.testing.assert_array_equal(performances[0], fresh)
+    np.testing.assert_array_equal(np.load(entry), fresh)  # the entry is whole again
+    assert str(entry) in caplog.text and "piece.mid" in caplog.text
+
+
+def test_a_damaged_augmented_variant_is_computed_again(tmp_path, caplog):
+    performances = [music.midi_to_events(_write_midi(tmp_path / "a.mid", _random_notes(np.random.default_rng(2))))]
+    cache = tmp_path / "cache"
+    variants = music.augmented_performances(performances, 1, seed=0, cache_dir=cache, progress=False)
+    (entry,) = cache.glob("aug-*.npy")
+    entry.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="keras_selfattn.data.music"):
+        again = music.augmented_performances(performances, 1, seed=0, cache_dir=cache, progress=False)
+    np.testing.assert_array_equal(again[0], variants[0])
+    assert str(entry) in caplog.text
+
+
+def _fake_miditok_sdist(data_dir, monkeypatch):
+    """A small sdist laid out as miditok's, its sha256 and its files' made the
+    expected ones; returns `{name: bytes}` of the default files."""
+    contents = {name: f"MThd stand-in for {name}".encode() for name in music_files.DEFAULT_MIDI_NAMES}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    sdist = data_dir / music_files.MIDITOK_SDIST
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, data in contents.items():
+            member = tarfile.TarInfo(f"miditok-3.1.0/tests/MIDIs_one_track/{name}")
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    sha256 = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    monkeypatch.setattr(music_files, "MIDITOK_SHA256", sha256(sdist.read_bytes()))
+    monkeypatch.setattr(music_files, "DEFAULT_MIDI_SHA256", {name: sha256(data) for name, data in contents.items()})
+    return contents
+
+
+def test_a_changed_default_midi_file_is_extracted_again(tmp_path, caplog, monkeypatch):
+    contents = _fake_miditok_sdist(tmp_path, monkeypatch)
+    folder = music.default_midi_dir(tmp_path)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == contents
+    monkeypatch.setattr(music_files.subprocess, "run", None)  # the sdist is there: no download
+    (folder / "Maestro_3.mid").write_bytes(b"MThd damaged")
+    (folder / "Maestro_7.mid").write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="keras_selfattn.data.music"):
+        assert music.default_midi_dir(tmp_path) == folder
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == contents
+    assert "Maestro_3.mid, Maestro_7.mid" in caplog.text and str(folder) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="keras_selfattn.data.music"):
+        music.default_midi_dir(tmp_path)  # all verified: nothing to say or do
+    assert caplog.text == ""
+
+
 def test_folder_without_usable_file_names_it(tmp_path):
     folder = tmp_path / "bad_folder"
     folder.mkdir()
@@ -307,6 +387,9 @@ def test_training_dataset_with_augmented_variants(tmp_path):
 def test_default_data_fetch_split_and_size(tmp_path):
     folder = music.default_midi_dir(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"Maestro_{i}.mid" for i in range(1, 11))
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == (
+        music_files.DEFAULT_MIDI_SHA256
+    )
     splits = music.find_midi_files(folder)
     assert [p.name for p in splits["test"]] == ["Maestro_8.mid"]
     assert [p.name for p in splits["validation"]] == ["Maestro_10.mid"]

@@ -22,6 +22,20 @@ MIDITOK_REQUIREMENT = "miditok==3.1.0"
 MIDITOK_SDIST = "miditok-3.1.0.tar.gz"
 MIDITOK_SHA256 = "1f905b9be87a57dac28a86c1c7a7565674a5d2e57b2f650bc2fea97792f6bdef"
 DEFAULT_MIDI_NAMES = tuple(f"Maestro_{index}.mid" for index in range(1, 11))
+# The sha256 of each default file as the sdist holds it: extracted copies are
+# checked against these before reuse.
+DEFAULT_MIDI_SHA256 = {
+    "Maestro_1.mid": "de94744a9c06c2c133b6f81e7f08a8707eb8ba614a10c878dd9572fc1eb868c9",
+    "Maestro_2.mid": "df1ffec3f938dcca630761bb77bdf0a263e374b7da12a1b3efb3308c4c92d29f",
+    "Maestro_3.mid": "cab488a8c7dec96882031342bd80b6c5dad6a930b5495b141622a86be6c552f1",
+    "Maestro_4.mid": "2e96c191d000c3796f6a2ed5d3f1baf6f07825d60b40761aee953faaa4efc925",
+    "Maestro_5.mid": "8f3bd5b8a46fce764b56edbd63aba83b68d44f7b7057919e45245ab8bade9c7e",
+    "Maestro_6.mid": "7d80076155faf6126d5f15d424dc064b44505422b2ad26952299c854d8cfb53d",
+    "Maestro_7.mid": "e1665de32682a9207ec668963962373fe7d7cb730a55d03a1d2f2d559745f904",
+    "Maestro_8.mid": "050d43da091000ead9b652d2d1cee06813b4d0a0cdd69b0b13ebf5fe67c7d39d",
+    "Maestro_9.mid": "306f3e8ca0aeb1d7aa417e7afe10dfcc3583a9e1821c784fa14ce1a41ec5cb26",
+    "Maestro_10.mid": "20e06e3e391c02fc8ad015b828cdd717d01e9e144da998d7a1c5a5d6dc482757",
+}
 MAESTRO_CSV_NAMES = ("maestro-v3.0.0.csv", "maestro-v2.0.0.csv")
 SPLITS = ("train", "validation", "test")
 MIDI_SUFFIXES = (".mid", ".midi")
@@ -62,6 +76,8 @@ def _download_sdist(data_dir):
 
 
 def _extract_maestro(sdist, folder):
+    """Writes the default files of `sdist` into `folder` (each written whole,
+    then renamed into place) and checks their sha256."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     with tarfile.open(sdist, "r:gz") as archive:
@@ -69,10 +85,26 @@ def _extract_maestro(sdist, folder):
             match = _SDIST_MEMBER.match(member.name)
             if match and member.isfile():
                 target = folder / match.group(1)
-                target.write_bytes(archive.extractfile(member).read())
+                partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+                partial.write_bytes(archive.extractfile(member).read())
+                os.replace(partial, target)
                 written.append(target.name)
     if sorted(written) != sorted(DEFAULT_MIDI_NAMES):
         raise ValueError(f"{sdist} holds {sorted(written)}, expected {list(DEFAULT_MIDI_NAMES)}")
+    bad = _unverified_default_files(folder)
+    if bad:
+        raise ValueError(f"{sdist} gave {', '.join(bad)} with another sha256 than expected (DEFAULT_MIDI_SHA256)")
+
+
+def _unverified_default_files(folder):
+    """The default file names in `folder` that are missing or whose sha256
+    is not `DEFAULT_MIDI_SHA256`'s."""
+    bad = []
+    for name in DEFAULT_MIDI_NAMES:
+        path = folder / name
+        if not path.is_file() or _sha256(path.read_bytes()) != DEFAULT_MIDI_SHA256[name]:
+            bad.append(name)
+    return bad
 
 
 def default_midi_dir(data_dir=None):
@@ -82,7 +114,9 @@ def default_midi_dir(data_dir=None):
     `tests/MIDIs_one_track/Maestro_*.mid`. The first call runs
     `python -m pip download --no-deps --no-binary :all: miditok==3.1.0`
     into `data_dir`, checks the archive's sha256 and extracts the 10 files;
-    later calls find them there. The 10 files are 10 different pieces.
+    later calls find them there, each checked against its sha256
+    (`DEFAULT_MIDI_SHA256`): a missing or changed file is logged and
+    extracted again. The 10 files are 10 different pieces.
 
     Args:
         data_dir: cache folder; default `default_data_dir()`.
@@ -92,8 +126,11 @@ def default_midi_dir(data_dir=None):
     """
     data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     folder = data_dir / "maestro-miditok-3.1.0"
-    if all((folder / name).is_file() for name in DEFAULT_MIDI_NAMES):
+    bad = _unverified_default_files(folder)
+    if not bad:
         return folder
+    if folder.exists():  # else a first fetch
+        logger.warning("%s: %s missing or not as shipped (sha256 differs); extracting again", folder, ", ".join(bad))
     data_dir.mkdir(parents=True, exist_ok=True)
     _extract_maestro(_download_sdist(data_dir), folder)
     return folder
@@ -190,20 +227,55 @@ def encoding_key(min_pitch=music_events.MIN_PITCH, max_pitch=music_events.MAX_PI
     )
 
 
-def cached_array(cache_dir, name, compute):
-    """`compute()` stored as `cache_dir/name.npy`; read back on later calls.
-    `cache_dir=None` disables the cache."""
+def cached_array(cache_dir, name, compute, *, check=None, source=None):
+    """`compute()` (a 1D int32 array) stored as `cache_dir/name.npy`; read
+    back on later calls. `cache_dir=None` disables the cache.
+
+    A cached entry is verified when read: it must load as a 1D int32 array
+    (an entry emptied or cut short by a full disk or a killed run does not)
+    and `check(array)`, when given, must return `None` rather than a reason.
+    A bad entry is logged (naming it and `source`, what it is computed
+    from) and replaced by a fresh `compute()`.
+    """
     if cache_dir is None:
         return compute()
     path = Path(cache_dir).expanduser() / f"{name}.npy"
     if path.exists():
-        return np.load(path)
+        array, problem = _read_cached(path, check)
+        if problem is None:
+            return array
+        logger.warning("Cached entry %s is unusable (%s); computing it again from %s", path, problem,
+                       source or "its source")
     array = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial.npy")
     np.save(partial, array)
     os.replace(partial, path)
     return array
+
+
+def _read_cached(path, check):
+    """`(array, None)` for a readable, valid cache entry, else `(None, reason)`."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (EOFError, ValueError) as error:  # numpy's errors for a short or malformed .npy
+        return None, (f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    if array.ndim != 1 or array.dtype != np.int32:
+        return None, f"holds shape {array.shape} {array.dtype}, not 1D int32"
+    problem = check(array) if check is not None else None
+    return (None, problem) if problem else (array, None)
+
+
+def event_id_check(min_pitch=music_events.MIN_PITCH, max_pitch=music_events.MAX_PITCH):
+    """A `cached_array` check: event ids in `[NUM_RESERVED_IDS, vocabulary_size)`."""
+    size = music_events.vocabulary_size(min_pitch, max_pitch)
+
+    def check(array):
+        if array.size and (array.min() < music_events.NUM_RESERVED_IDS or array.max() >= size):
+            return f"ids {array.min()}..{array.max()} outside [{music_events.NUM_RESERVED_IDS}, {size})"
+        return None
+
+    return check
 
 
 def _encode_file(path, cache_dir, min_pitch, max_pitch, key):
@@ -214,7 +286,8 @@ def _encode_file(path, cache_dir, min_pitch, max_pitch, key):
     name = f"{_sha256(data)[:40]}-{_sha256(key.encode())[:12]}"
     try:
         return cached_array(
-            cache_dir, name, lambda: music_events.midi_to_events(data, min_pitch=min_pitch, max_pitch=max_pitch)
+            cache_dir, name, lambda: music_events.midi_to_events(data, min_pitch=min_pitch, max_pitch=max_pitch),
+            check=event_id_check(min_pitch, max_pitch), source=str(path),
         ), None
     except ValueError as error:
         return None, str(error)
@@ -232,7 +305,9 @@ def encode_performances(
 
     Cache entries are named by the file's content sha256 and the encoding
     settings (`encoding_key`), so a second run (or a renamed copy) reads
-    `.npy` files instead of re-encoding. Files that cannot be parsed or hold
+    `.npy` files instead of re-encoding; an entry that is unreadable, not
+    1D int32 or holds ids outside the vocabulary is logged and encoded
+    again from its MIDI file (`cached_array`). Files that cannot be parsed or hold
     no note in range are skipped, counted and named in one log warning.
 
     Args:
