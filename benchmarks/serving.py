@@ -6,7 +6,9 @@ For music (`tiny` relative model, `generate`) and translation (`tiny` Shaw
 model, `translate` with beam search and in-graph SentencePiece), at batch 1
 and 8: the p50 and p99 latency of `--requests` sequential requests each way,
 their ratio, and a check that the tokens agree. Then the loader under load:
-8 concurrent clients x 50 `generate` requests, failures and p50/p99.
+8 concurrent clients x 50 `generate` requests, failures and p50/p99. Then
+long generation: `--long_events` (1,024) new events from the `maestro`
+preset, batch 1, tokens per second through the loader and in-process.
 
     PYTHONPATH=serving python -m benchmarks.serving             # the issue's sizes
     PYTHONPATH=serving python -m benchmarks.serving --quick     # fewer requests
@@ -51,6 +53,16 @@ def timed(function, requests):
     return percentiles(latencies), result
 
 
+def greedy_generate_inputs(primer, new_tokens):
+    """`generate`'s inputs: every row its whole primer and `new_tokens`, greedy."""
+    batch, width = primer.shape
+    return dict(
+        primer=primer, primer_length=np.full(batch, width, "int32"), max_new_tokens=np.full(batch, new_tokens, "int32"),
+        temperature=np.zeros(batch, "float32"), top_k=np.zeros(batch, "int32"), top_p=np.ones(batch, "float32"),
+        seed=np.zeros(batch, "int32"),
+    )
+
+
 def music_rows(args, base):
     model = music_transformer(MUSIC_VOCABULARY, preset="tiny")
     path = export_for_serving(model, base, name="music", max_length=args.primer + args.new_tokens)
@@ -59,11 +71,7 @@ def music_rows(args, base):
     with CApiSavedModel(path) as loaded:
         for batch in (1, 8):
             primer = rng.integers(2, MUSIC_VOCABULARY, (batch, args.primer)).astype("int32")
-            inputs = dict(
-                primer=primer, max_new_tokens=np.full(batch, args.new_tokens, "int32"),
-                temperature=np.zeros(batch, "float32"), top_k=np.zeros(batch, "int32"),
-                top_p=np.ones(batch, "float32"), seed=np.zeros(batch, "int32"),
-            )
+            inputs = greedy_generate_inputs(primer, args.new_tokens)
             served, tokens = timed(lambda: loaded.run("generate", inputs)["tokens"], args.requests)
             local, expected = timed(
                 lambda: np.asarray(continue_sequence(model, primer, args.new_tokens, temperature=0.0)), args.requests
@@ -71,6 +79,23 @@ def music_rows(args, base):
             rows.append(_row("music generate", batch, served, local, np.array_equal(tokens, expected)))
         load = loaded.load_test("generate", {k: v[:1] for k, v in inputs.items()}, clients=8, requests_per_client=50)
     return rows, load
+
+
+def long_music_row(args, base):
+    """Tokens per second of `--long_events` greedy events from the `maestro`
+    width, one timed request each way after a warm-up."""
+    model = music_transformer(MUSIC_VOCABULARY, preset="maestro", dropout=0.0)
+    total = args.primer + args.long_events
+    path = export_for_serving(model, base, name="music_long", max_length=total)
+    primer = np.random.default_rng(1).integers(2, MUSIC_VOCABULARY, (1, args.primer)).astype("int32")
+    inputs = greedy_generate_inputs(primer, args.long_events)
+    with CApiSavedModel(path) as loaded:
+        (served, _), tokens = timed(lambda: loaded.run("generate", inputs)["tokens"], 1)
+    (local, _), expected = timed(
+        lambda: np.asarray(continue_sequence(model, primer, args.long_events, temperature=0.0)), 1
+    )
+    per_second = [1000 * args.long_events / milliseconds for milliseconds in (served, local)]
+    return [args.long_events, *per_second, per_second[0] / per_second[1], "yes" if np.array_equal(tokens, expected) else "NO"]
 
 
 def translation_rows(args, base):
@@ -109,6 +134,9 @@ def main():
     parser.add_argument("--primer", type=int, default=64, help="music primer length (events)")
     parser.add_argument("--new_tokens", type=int, default=64, help="events generated; translation max_length")
     parser.add_argument("--requests", type=int, default=20, help="timed requests per row")
+    parser.add_argument(
+        "--long_events", type=int, default=1024, help="events of the long maestro row; 0 skips it"
+    )
     parser.add_argument("--quick", action="store_true", help="5 requests a row")
     args = parser.parse_args()
     if args.quick:
@@ -116,6 +144,7 @@ def main():
     with tempfile.TemporaryDirectory() as base:
         rows, load = music_rows(args, base)
         rows += translation_rows(args, base)
+        long_row = long_music_row(args, base) if args.long_events else None
     print_table(
         "Generation latency, C API loader (XLA off) vs in-process keras_selfattn.generation",
         ["signature", "batch", "loader p50 ms", "loader p99 ms", "in-process p50 ms", "in-process p99 ms",
@@ -127,6 +156,13 @@ def main():
         ["requests", "failures", "p50 ms", "p99 ms"],
         [[len(load["latencies_ms"]), load["failures"], load["p50_ms"], load["p99_ms"]]],
     )
+
+    if long_row:
+        print_table(
+            f"Long generation: maestro preset, {args.primer}-event primer, batch 1, greedy",
+            ["new events", "loader tokens/s", "in-process tokens/s", "ratio", "same tokens"],
+            [long_row],
+        )
 
 
 if __name__ == "__main__":
