@@ -4,6 +4,7 @@ import csv
 import hashlib
 import io
 import logging
+import os
 import tarfile
 
 import numpy as np
@@ -155,6 +156,53 @@ def test_midi_errors_and_empty_file(tmp_path):
     empty = _write_midi(tmp_path / "empty.mid", [])
     events = music.midi_to_events(empty)
     assert events.shape == (0,) and events.dtype == np.int32
+
+
+def test_garbage_and_cut_midi_data_is_reported_as_such(tmp_path):
+    whole = _write_midi(tmp_path / "whole.mid", _random_notes(np.random.default_rng(3))).read_bytes()
+    garbage = tmp_path / "garbage.mid"
+    garbage.write_bytes(np.random.default_rng(0).integers(0, 256, 300, dtype=np.uint8).tobytes())
+    with pytest.raises(ValueError, match=r"Cannot parse MIDI file .*garbage\.mid.* as MIDI"):
+        music.midi_to_events(garbage)
+    for data in (whole[:40], whole[:14] + b"MTrk\x00\x00\x00\x10\x00\xff"):  # cut short; a bad track
+        with pytest.raises(ValueError, match=r"Cannot parse MIDI data \(\d+ bytes\) as MIDI"):
+            music.midi_to_events(data)
+
+
+def test_a_folder_named_like_a_midi_file_is_an_os_error_not_bad_midi(tmp_path):
+    folder = tmp_path / "folder.mid"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError):
+        music.midi_to_events(folder)
+
+
+def test_an_unreadable_midi_file_is_a_permission_error_not_bad_midi(tmp_path):
+    locked = _write_midi(tmp_path / "locked.mid", [(60, 70, 0.0, 0.5)])
+    locked.chmod(0)
+    try:
+        try:
+            locked.read_bytes()
+        except PermissionError:
+            pass
+        else:
+            pytest.skip("chmod 000 does not deny reading here (root with CAP_DAC_OVERRIDE)")
+        with pytest.raises(PermissionError):
+            music.midi_to_events(locked)
+    finally:
+        locked.chmod(0o644)
+
+
+def test_memory_error_while_parsing_is_not_reported_as_bad_midi(tmp_path, monkeypatch):
+    path = _write_midi(tmp_path / "fine.mid", [(60, 70, 0.0, 0.5)])
+
+    class OutOfMemory(pretty_midi.PrettyMIDI):  # a subclass: note-seq checks isinstance
+        def __init__(self, *args, **kwargs):
+            raise MemoryError("no memory left")
+
+    monkeypatch.setattr(pretty_midi, "PrettyMIDI", OutOfMemory)
+    for midi in (path, path.read_bytes()):
+        with pytest.raises(MemoryError, match="no memory left"):
+            music.midi_to_events(midi)
 
 
 def test_folder_skips_and_reports_bad_files_and_caches(tmp_path, caplog, monkeypatch):

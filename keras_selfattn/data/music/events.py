@@ -2,7 +2,9 @@
 and NoteSequence augmentation. The public names are re-exported by
 `keras_selfattn.data.music`, whose docstring lists the id ranges."""
 
+import io
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -77,22 +79,39 @@ def _describe(midi):
     return f"MIDI file {os.fspath(midi)!r}"
 
 
+def _midi_parse_errors():
+    """What parsing malformed MIDI bytes raises, and nothing else: mido's
+    reader raises `OSError` (bad header, status or data byte; the bytes are
+    in memory, so no OS error can arise), `EOFError` (cut short),
+    `ValueError`, `KeySignatureError` and lookup errors; pretty_midi's tick
+    and tempo arithmetic `ZeroDivisionError` (a tempo or resolution of 0);
+    note-seq's conversion its `MIDIConversionError`."""
+    from mido.midifiles.meta import KeySignatureError
+    from note_seq.midi_io import MIDIConversionError
+
+    return (OSError, EOFError, ValueError, LookupError, ArithmeticError, KeySignatureError, MIDIConversionError)
+
+
 def load_note_sequence(midi):
     """Reads a MIDI path or bytes into an unquantized `NoteSequence`.
 
+    The file is read first, then parsed with pretty_midi (mido) and converted
+    by note-seq; only errors of the parse are reported as bad MIDI data.
+
     Raises:
         ValueError: the data cannot be parsed as MIDI (names the file).
+        OSError: the file cannot be read (missing, no permission, ...), as raised.
     """
     import note_seq
+    import pretty_midi
 
+    data = bytes(midi) if isinstance(midi, (bytes, bytearray)) else Path(os.fspath(midi)).read_bytes()
     try:
-        if isinstance(midi, (bytes, bytearray)):
-            return note_seq.midi_to_note_sequence(bytes(midi))
-        return note_seq.midi_file_to_note_sequence(os.fspath(midi))
-    except FileNotFoundError:
-        raise
-    except Exception as error:  # pretty_midi/mido raise many error types
-        raise ValueError(f"Cannot parse {_describe(midi)} as MIDI: {error}") from error
+        # note-seq's own bytes reader turns every exception (MemoryError and
+        # KeyboardInterrupt too) into MIDIConversionError: parse here instead.
+        return note_seq.midi_to_note_sequence(pretty_midi.PrettyMIDI(io.BytesIO(data)))
+    except _midi_parse_errors() as error:
+        raise ValueError(f"Cannot parse {_describe(midi)} as MIDI: {type(error).__name__}: {error}") from error
 
 
 def note_sequence_to_events(note_sequence, *, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
@@ -140,6 +159,7 @@ def midi_to_events(midi, *, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
 
     Raises:
         ValueError: the data is not a MIDI file (the message names the file).
+        OSError: the file cannot be read, as raised (`PermissionError`, ...).
     """
     check_pitch_range(min_pitch, max_pitch)
     return note_sequence_to_events(load_note_sequence(midi), min_pitch=min_pitch, max_pitch=max_pitch)
