@@ -17,8 +17,8 @@ TensorFlow Serving runs it):
    A cached step attends over the whole static cache (masked past the
    position), so its cost follows the cache's length; here that length is
    the position. Without XLA, TensorFlow also copies each layer's cache once
-   per step (a loop-carried tensor is not updated in place) and the
-   attention transposes the cached keys and values to heads-first.
+   per step (a loop-carried tensor is not updated in place); the attention
+   reads the cached keys and values in place.
 3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
    forward pass per sub-pixel), `local_1d` and `local_2d`.
 
