@@ -202,19 +202,20 @@ def image_dir_split(args, run, size, channels):
 def tfds_or_usage_error(args, run, name, split, size, max_examples, channels):
     """`(pixels, labels)` of a tensorflow-datasets split, fitted to `size`
     (`None`: as stored) and `channels`; a `UsageError` naming `--dataset` and
-    `--tfds_dir` when tfds cannot give it (not prepared, offline)."""
-    from keras_selfattn.data.images import tfds_images
+    `--tfds_dir` when the data set is not prepared and cannot be downloaded
+    (`tfds_images`'s `FileNotFoundError`). Other errors propagate."""
+    from keras_selfattn.data.images import TFDS_IMAGE_DATASETS, tfds_images
 
     run.log(f"reading tensorflow-datasets {name} {split} from {args.tfds_dir or 'its default folder'} ...")
     try:
         pixels, labels = tfds_images(name, split, args.tfds_dir, size=size, max_examples=max_examples)
-    except Exception as error:  # tfds raises many kinds: missing files, failed downloads
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    except FileNotFoundError as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:400]
         raise harness.UsageError(
             f"--dataset {name}: tensorflow-datasets could not give its {split!r} split "
-            f"({type(error).__name__}: {first_line}). Download and prepare it into --tfds_dir "
-            f"(e.g. `tfds build {name} --data_dir DIR` on a machine online), or use the default "
-            "data or --image_dir."
+            f"({first_line}). Download and prepare it into --tfds_dir (e.g. "
+            f"`tfds build {TFDS_IMAGE_DATASETS[name][0]} --data_dir DIR` on a machine online), or use "
+            "the default data or --image_dir."
         ) from error
     return to_channels(pixels, channels), labels
 

@@ -220,8 +220,8 @@ def split_held_out(count, held_out_fraction=0.2, seed=0):
 
 def tfds_images(name, split, data_dir=None, size=None, max_examples=None):
     """Images and labels (`None` for unlabelled sets) of a tensorflow-datasets
-    image set, as numpy arrays. Needs the data set downloaded or prepared in
-    `data_dir`.
+    image set, as numpy arrays. A data set not prepared in `data_dir` is
+    downloaded and prepared there first (`download_and_prepare`).
 
     Args:
         name: a key of `TFDS_IMAGE_DATASETS` (`celeb_a`: the 218 x 178
@@ -231,6 +231,11 @@ def tfds_images(name, split, data_dir=None, size=None, max_examples=None):
         size: optional `(height, width)`: each image's largest centred crop
             of that aspect ratio, area-resized (CelebA to 32 x 32, say).
         max_examples: read at most this many.
+
+    Raises:
+        FileNotFoundError: the data set is not prepared in `data_dir` and
+            downloading or preparing it failed (offline, a dead link, a
+            checksum, a full disk); the message names the folder and the cause.
     """
     if name not in TFDS_IMAGE_DATASETS:
         raise ValueError(f"Unknown dataset {name!r}; valid: {sorted(TFDS_IMAGE_DATASETS)}")
@@ -238,7 +243,10 @@ def tfds_images(name, split, data_dir=None, size=None, max_examples=None):
     import tensorflow_datasets as tfds
 
     tfds_name, image_key, label_key = TFDS_IMAGE_DATASETS[name]
-    dataset = tfds.load(tfds_name, split=split, data_dir=data_dir)
+    builder = tfds.builder(tfds_name, data_dir=data_dir)
+    if not builder.is_prepared():
+        _download_and_prepare(builder, tfds_name)
+    dataset = builder.as_dataset(split=split)
     if max_examples is not None:
         dataset = dataset.take(max_examples)
 
@@ -256,6 +264,25 @@ def tfds_images(name, split, data_dir=None, size=None, max_examples=None):
     if not images:
         raise ValueError(f"tfds {tfds_name!r} split {split!r} is empty")
     return np.concatenate(images), np.concatenate(labels) if label_key else None
+
+
+def _download_and_prepare(builder, tfds_name):
+    """`builder.download_and_prepare()`; its failures to fetch or write the
+    data become a `FileNotFoundError` (the data is not there), others propagate."""
+    import tensorflow as tf
+    from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
+    from tensorflow_datasets.core.download.extractor import ExtractError
+    from tensorflow_datasets.core.download.util import DownloadError
+
+    try:
+        builder.download_and_prepare()
+    except (OSError, DownloadError, NonMatchingChecksumError, ExtractError, tf.errors.OpError) as error:
+        # OSError: no network (requests' errors are OSErrors), no space, no permission.
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        raise FileNotFoundError(
+            f"tensorflow-datasets {tfds_name!r} is not prepared in {builder.data_dir_root} and could not be "
+            f"downloaded and prepared there ({type(error).__name__}: {first_line})"
+        ) from error
 
 
 def crop_and_resize(image, size):

@@ -1,0 +1,64 @@
+"""recipes/common/image_recipes.py: which tensorflow-datasets failures become
+usage errors (the data set is not there) and which propagate."""
+
+import types
+
+import pytest
+
+from common import harness, image_recipes
+from keras_selfattn.data import images
+
+
+def _read(tmp_path, name="cifar10"):
+    args = types.SimpleNamespace(tfds_dir=str(tmp_path))
+    run = types.SimpleNamespace(log=lambda message: None)
+    return image_recipes.tfds_or_usage_error(args, run, name, "train", None, 4, 3)
+
+
+def test_a_data_set_that_is_not_there_is_a_usage_error_naming_the_flags(tmp_path, monkeypatch):
+    def not_prepared(*args, **kwargs):
+        raise FileNotFoundError(f"tensorflow-datasets 'downsampled_imagenet/32x32' is not prepared in {tmp_path}")
+
+    monkeypatch.setattr(images, "tfds_images", not_prepared)
+    with pytest.raises(harness.UsageError, match=r"--dataset imagenet32: .*not prepared.*--tfds_dir") as raised:
+        _read(tmp_path, "imagenet32")
+    assert "tfds build downsampled_imagenet/32x32 --data_dir DIR" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [TypeError("a bug in the reader"), MemoryError("no memory left"), RuntimeError("tf.data failed")],
+    ids=["type_error", "memory_error", "runtime_error"],
+)
+def test_other_errors_propagate_as_raised(tmp_path, monkeypatch, error):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(images, "tfds_images", failing)
+    with pytest.raises(type(error), match=str(error)):
+        _read(tmp_path)
+
+
+def test_a_failed_download_of_a_missing_data_set_is_a_usage_error(tmp_path, monkeypatch):
+    import requests
+    import tensorflow_datasets as tfds
+
+    def offline(self, *args, **kwargs):
+        raise requests.exceptions.ConnectionError("no route to www.cs.toronto.edu")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", offline)
+    with pytest.raises(FileNotFoundError, match=r"'cifar10' is not prepared in .*ConnectionError: no route"):
+        images.tfds_images("cifar10", "train", str(tmp_path))
+    with pytest.raises(harness.UsageError, match=r"--dataset cifar10: .*no route.*--tfds_dir"):
+        _read(tmp_path)
+
+
+def test_an_error_while_preparing_that_is_not_about_the_data_propagates(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def bug(self, *args, **kwargs):
+        raise TypeError("a bug while preparing")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", bug)
+    with pytest.raises(TypeError, match="a bug while preparing"):
+        _read(tmp_path)
