@@ -256,7 +256,7 @@ def load_pairs(args, run, text):
         run.log(f"the Ding dictionary's German-English example sentences (Debian {text.DING_PACKAGE}) in {data_dir}")
         try:
             pairs = text.ding_pairs(data_dir)
-        except RuntimeError as error:
+        except (RuntimeError, text.DingDictionaryError) as error:  # fetching failed; a damaged cache
             raise harness.UsageError(str(error)) from None
         facts = {"source": f"Ding dictionary (Debian {text.DING_PACKAGE})"}
     pairs = _directed(pairs, args.direction)

@@ -1,9 +1,11 @@
 """keras_selfattn.data.text: sentence pairs, the Ding default, SentencePiece, batches."""
 
 import collections
+import hashlib
 import itertools
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,6 +177,59 @@ def test_is_natural_sentence(sentence, natural):
 def test_ding_without_apt_names_the_package_and_pairs_tsv(tmp_path, monkeypatch):
     monkeypatch.setattr(text_ding.shutil, "which", lambda tool: None)
     with pytest.raises(RuntimeError, match=r"trans-de-en.*--pairs_tsv"):
+        text.ding_pairs(tmp_path)
+
+
+def _cached_dictionary(data_dir, content):
+    """A Ding dictionary file where `fetch_ding_dictionary` keeps it, holding `content`."""
+    dictionary = data_dir / text.DING_PACKAGE / text_ding.DING_MEMBER
+    dictionary.parent.mkdir(parents=True)
+    dictionary.write_bytes(content)
+    return dictionary
+
+
+def _fake_apt(monkeypatch, content):
+    """`apt-get download` and `dpkg-deb -x` stand-ins giving a package whose
+    dictionary holds `content`."""
+    monkeypatch.setattr(text_ding.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+
+    def run(command, cwd, **kwargs):
+        if command[0] == "apt-get":
+            (Path(cwd) / f"{text.DING_PACKAGE}_1.9-6_all.deb").write_bytes(b"a package")
+        else:  # dpkg-deb -x PACKAGE FOLDER
+            member = Path(command[3]) / text_ding.DING_MEMBER
+            member.parent.mkdir(parents=True)
+            member.write_bytes(content)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(text_ding.subprocess, "run", run)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe\x00\x81 binary", "Zufall {m} :: chance\n".encode() + "Haus".encode("utf-16"), b"", b"no ding here\n"],
+    ids=["binary", "cut_utf8", "empty", "not_ding"],
+)
+def test_a_damaged_cached_dictionary_names_the_file_and_how_to_fetch_it_again(tmp_path, content):
+    dictionary = _cached_dictionary(tmp_path, content)
+    with pytest.raises(text.DingDictionaryError) as raised:
+        text.ding_pairs(tmp_path)
+    message = str(raised.value)
+    assert str(dictionary) in message and f"rm -r {tmp_path / text.DING_PACKAGE}" in message
+    assert "apt-get download trans-de-en" in message and "--pairs_tsv" in message
+
+
+def test_a_cached_dictionary_cut_short_is_caught_by_its_recorded_sha256(tmp_path, monkeypatch):
+    content = "\n".join(DING_LINES).encode("utf-8") + b"\n"
+    _fake_apt(monkeypatch, content)
+    pairs = text.ding_pairs(tmp_path)
+    assert pairs == text.parse_ding_lines(DING_LINES)[0]
+    dictionary = tmp_path / text.DING_PACKAGE / text_ding.DING_MEMBER
+    expected = hashlib.sha256(content).hexdigest()
+    assert (tmp_path / text.DING_PACKAGE / text_ding.DING_CHECKSUM).read_text().strip() == expected
+    assert text.ding_pairs(tmp_path) == pairs  # verified and reused
+    dictionary.write_bytes(content[: len(content) * 2 // 3])  # still parses, with fewer pairs
+    with pytest.raises(text.DingDictionaryError, match=r"damaged \(sha256 [0-9a-f]{64}, extracted as " + expected):
         text.ding_pairs(tmp_path)
 
 

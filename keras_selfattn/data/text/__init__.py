@@ -47,6 +47,7 @@ set()
 
 from keras_selfattn.data.text.ding import (
     DING_PACKAGE,
+    DingDictionaryError,
     MIN_SENTENCE_WORDS,
     clean_ding_text,
     default_data_dir,
@@ -67,6 +68,7 @@ from keras_selfattn.data.text.tokenizer import (
 
 __all__ = [
     "DING_PACKAGE",
+    "DingDictionaryError",
     "EOS_ID",
     "MIN_SENTENCE_WORDS",
     "PAD_ID",

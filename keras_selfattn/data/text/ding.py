@@ -12,6 +12,7 @@ and ` / ` whole alternatives. `sth.` / `sb.` / `etw.` / `jdn.` mark slots of
 a pattern, `…` an omission.
 """
 
+import hashlib
 import itertools
 import logging
 import re
@@ -26,6 +27,8 @@ logger = logging.getLogger("keras_selfattn.data.text")
 
 DING_PACKAGE = "trans-de-en"
 DING_MEMBER = Path("usr/share/trans/de-en")
+# Written beside the extracted package: the dictionary's sha256 as extracted.
+DING_CHECKSUM = "de-en.sha256"
 MIN_SENTENCE_WORDS = 2
 
 _ANNOTATION = re.compile(r"\{[^{}]*\}|\[[^\[\]]*\]|<[^<>]*>|\([^()]*\)")
@@ -40,10 +43,45 @@ _SENTENCE_END = re.compile(r"[.!?][”“\"'’‘«»]?$")
 _NOT_NATURAL = re.compile(r"…|\.\.\.|~|\b(?:sth|sb|etw|jdn|jdm|jds|jd)\.")
 
 
+class DingDictionaryError(ValueError):
+    """The cached Ding dictionary cannot be used (not UTF-8, no entry, or not
+    the file that was extracted); the message names the file and how to
+    fetch it again."""
+
+
 def default_data_dir():
     """`$KERAS_SELFATTN_DATA/text` when that variable is set, else
     `~/.cache/keras_selfattn/text`."""
     return cache_folder("text")
+
+
+def _sha256_of(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _damaged(dictionary, reason):
+    folder = dictionary.parents[len(DING_MEMBER.parts) - 1]
+    return DingDictionaryError(
+        f"The cached Ding dictionary {dictionary} is damaged ({reason}). Delete its folder "
+        f"(`rm -r {folder}`) and run again to fetch it anew with `apt-get download {DING_PACKAGE}`, "
+        "or pass your own sentence pairs: `--pairs_tsv FILE`."
+    )
+
+
+def _verify(dictionary):
+    """Raises `DingDictionaryError` when the dictionary's sha256 differs from
+    the one recorded at extraction (caches from before the record are not checked)."""
+    record = dictionary.parents[len(DING_MEMBER.parts) - 1] / DING_CHECKSUM
+    if not record.is_file():
+        return
+    expected = record.read_text(encoding="ascii").strip()
+    actual = _sha256_of(dictionary)
+    if actual != expected:
+        raise _damaged(dictionary, f"sha256 {actual}, extracted as {expected}")
 
 
 def _strip_annotations(text):
@@ -184,8 +222,9 @@ def fetch_ding_dictionary(data_dir=None):
 
     The first call runs `apt-get download trans-de-en` and `dpkg-deb -x`
     into `data_dir`; later calls find `data_dir/trans-de-en/usr/share/trans/de-en`
-    there. No root rights are needed (apt's package lists must know the
-    package: `apt-get update`).
+    there, checked against the sha256 recorded at extraction
+    (`DING_CHECKSUM` in the package folder). No root rights are needed
+    (apt's package lists must know the package: `apt-get update`).
 
     Args:
         data_dir: cache folder; default `default_data_dir()`.
@@ -196,11 +235,13 @@ def fetch_ding_dictionary(data_dir=None):
     Raises:
         RuntimeError: `apt-get` or `dpkg-deb` is missing or fails; the
             message names the package and the `--pairs_tsv` alternative.
+        DingDictionaryError: the cached file is not the one extracted.
     """
     data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     folder = data_dir / DING_PACKAGE
     dictionary = folder / DING_MEMBER
     if dictionary.is_file():
+        _verify(dictionary)
         return dictionary
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
@@ -216,6 +257,7 @@ def fetch_ding_dictionary(data_dir=None):
         _run(["dpkg-deb", "-x", str(packages[-1]), str(extracted)], cwd=scratch)
         if not (extracted / DING_MEMBER).is_file():
             raise RuntimeError(f"{packages[-1].name} holds no {DING_MEMBER}")
+        (extracted / DING_CHECKSUM).write_text(_sha256_of(extracted / DING_MEMBER) + "\n", encoding="ascii")
         if folder.exists():
             shutil.rmtree(folder)
         try:
@@ -242,14 +284,24 @@ def ding_pairs(data_dir=None, *, sentences_only=True):
 
     Returns:
         A list of `(german, english)` string tuples.
+
+    Raises:
+        RuntimeError: fetching failed (see `fetch_ding_dictionary`).
+        DingDictionaryError: the cached dictionary is damaged: not the file
+            extracted, not UTF-8, or without a single entry or pair; the
+            message names the file and the folder to delete to fetch it again.
     """
     dictionary = fetch_ding_dictionary(data_dir)
-    with open(dictionary, encoding="utf-8") as handle:
-        pairs, counts = parse_ding_lines(handle, sentences_only=sentences_only)
+    try:
+        with open(dictionary, encoding="utf-8") as handle:
+            pairs, counts = parse_ding_lines(handle, sentences_only=sentences_only)
+    except UnicodeDecodeError as error:
+        raise _damaged(dictionary, f"not UTF-8 text: {error}") from None
     logger.info(
         "%s: %d %s pairs from %d entries (%d lines skipped)", dictionary, counts["pairs"],
         "sentence" if sentences_only else "sub-entry", counts["entries"], counts["skipped_lines"],
     )
     if not pairs:
-        raise ValueError(f"{dictionary} gave no sentence pairs; is it a Ding dictionary file?")
+        entries, skipped = counts["entries"], counts["skipped_lines"]
+        raise _damaged(dictionary, f"no pairs from its {entries} entries, {skipped} lines skipped")
     return pairs
