@@ -24,6 +24,7 @@ deleted when training completes), `logs/` (TensorBoard) and `report.json`.
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -194,8 +195,8 @@ def _typed(convert, check, expected):
 
 positive_int = _typed(int, lambda v: v >= 1, "an integer >= 1")
 non_negative_int = _typed(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = _typed(float, lambda v: v > 0, "a number > 0")
-non_negative_float = _typed(float, lambda v: v >= 0, "a number >= 0")
+positive_float = _typed(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+non_negative_float = _typed(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 probability = _typed(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 rate = _typed(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # dropout rates
 fraction = _typed(float, lambda v: 0 < v < 1, "a number in (0, 1)")

@@ -3,6 +3,7 @@ the image-folder and model flags, held-out splits of a folder, tensorflow-
 datasets reading with a clear error, temperature lists."""
 
 import argparse
+import math
 
 import numpy as np
 
@@ -38,13 +39,14 @@ non_negative_pair = _int_pair(0, "two integers >= 0")
 
 
 def temperature_list(text):
-    """`"0,0.8,1"` -> `(0.0, 0.8, 1.0)`, each >= 0."""
+    """`"0,0.8,1"` -> `(0.0, 0.8, 1.0)`, each finite and >= 0 (`nan` and
+    `inf` are refused here, not after training)."""
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
         values = ()
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
+    if not values or not all(math.isfinite(value) and value >= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers >= 0, got {text!r}")
     return values
 
 

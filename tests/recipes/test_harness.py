@@ -61,7 +61,10 @@ def test_every_flag_is_explained_in_help():
         (["--mixed_precision", "fp8"], "invalid choice: 'fp8'"),
         (["--epochs", "0"], "--epochs: expected an integer >= 1, got '0'"),
         (["--top_p", "1.5"], "--top_p: expected a number in (0, 1], got '1.5'"),
-        (["--learning_rate", "-1"], "--learning_rate: expected a number > 0"),
+        (["--learning_rate", "-1"], "--learning_rate: expected a finite number > 0"),
+        (["--learning_rate", "nan"], "--learning_rate: expected a finite number > 0, got 'nan'"),
+        (["--temperature", "inf"], "--temperature: expected a finite number >= 0, got 'inf'"),
+        (["--temperature", "nan"], "--temperature: expected a finite number >= 0, got 'nan'"),
     ],
 )
 def test_bad_flags_are_named_with_what_is_expected(capsys, argv, expected):

@@ -1,5 +1,6 @@
 """recipes/common/image_recipes.py: which tensorflow-datasets failures become
-usage errors (the data set is not there) and which propagate."""
+usage errors (the data set is not there) and which propagate; the
+`--temperatures` flag refuses non-finite values when parsed."""
 
 import types
 
@@ -62,3 +63,21 @@ def test_an_error_while_preparing_that_is_not_about_the_data_propagates(tmp_path
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", bug)
     with pytest.raises(TypeError, match="a bug while preparing"):
         _read(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0,inf", "0.8,NaN", "1,2,infinity"])
+def test_non_finite_temperatures_are_refused_when_parsed_naming_the_flag(capsys, value):
+    import super_resolution
+
+    with pytest.raises(SystemExit) as raised:
+        super_resolution.build_parser().parse_args(["--model_dir", "m", f"--temperatures={value}"])
+    assert raised.value.code == 2
+    expected = f"argument --temperatures: expected comma-separated finite numbers >= 0, got '{value}'"
+    assert expected in capsys.readouterr().err
+
+
+def test_finite_temperatures_parse():
+    import super_resolution
+
+    args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--temperatures", "0,0.8,1e3"])
+    assert args.temperatures == (0.0, 0.8, 1000.0)
