@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_selfattn.generation.execution import graph_when_eager
+from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
     choose_tokens,
@@ -16,7 +17,8 @@ START_ID = 0
 
 
 def continue_sequence(
-    model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None
+    model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None,
+    note_event_ids=None,
 ):
     """Continues each primer with `max_new_tokens` tokens of a decoder-only model.
 
@@ -42,6 +44,11 @@ def continue_sequence(
             probability reaches `top_p` (after top-k); 1.0 = all.
         seed: an int or int32 scalar tensor; the same seed on the same
             backend gives the same tokens. `None` draws one.
+        note_event_ids: for performance events, the note-on and note-off id
+            ranges, `keras_selfattn.data.music.event_id_ranges()`: each step
+            may then release only a sounding pitch and strike only a silent
+            one (what sounds is read from the primer, then followed), the
+            other events' logits as they were. `None`: no rule.
 
     Returns:
         int32 `[batch, primer_length + max_new_tokens]`: the primer, then the
@@ -53,8 +60,9 @@ def continue_sequence(
             primer that is not `[batch, length >= 1]` or longer than the
             model's position signal allows, `max_new_tokens < 1` or past that
             maximum, a `primer_length` (list or numpy array) that is not
-            `[batch]` lengths in `[1, primer.shape[1]]`, or sampling settings
-            out of range.
+            `[batch]` lengths in `[1, primer.shape[1]]`, sampling settings
+            out of range, or `note_event_ids` that are not two ranges of one
+            size in the vocabulary.
 
     Example:
 
@@ -66,15 +74,20 @@ def continue_sequence(
     """
     if primer_length is not None:
         primer_length = _row_lengths(primer_length, primer)
+    model = MusicTransformer.from_model(model)
+    note_rules = None
+    if note_event_ids is not None:
+        note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
     return _continue_sequence(
         model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
-        top_k=top_k, top_p=top_p, seed=seed,
+        top_k=top_k, top_p=top_p, seed=seed, note_rules=note_rules,
     )
 
 
 @graph_when_eager
-def _continue_sequence(model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed):
-    model = MusicTransformer.from_model(model)
+def _continue_sequence(
+    model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_rules
+):
     check_sampling_arguments(temperature, top_k, top_p)
     primer = _int_tokens("primer", primer)
     width = primer.shape[1]
@@ -90,13 +103,15 @@ def _continue_sequence(model, primer, max_new_tokens, *, primer_length, temperat
     def choose(logits, index):
         return choose_tokens(logits, seed, index, temperature, top_k, top_p)
 
+    tokens = extend_sequence(
+        model, primer, max_new_tokens, choose, primer_length=primer_length, note_rules=note_rules
+    )
     if primer_length is None:
-        return extend_sequence(model, primer, max_new_tokens, choose)
-    tokens = extend_sequence(model, primer, max_new_tokens, choose, primer_length=primer_length)
+        return tokens
     return _zeros_past(tokens, ops.cast(primer_length, "int32") + max_new_tokens)
 
 
-def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None):
+def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, note_rules=None):
     """The primer followed by `max_new_tokens` tokens, each `choose(logits
     [batch, vocab], index)` of one cached step of the `MusicTransformer`.
 
@@ -112,6 +127,9 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None):
     before any query can see them (a step writes its position first, and
     attention is causal); a row whose primer is longer than the shortest is
     fed its own next primer token, not the chosen one, until its primer ends.
+
+    With `note_rules` (a `NoteRules`), the logits of each step are masked by
+    what sounds after the tokens so far, which the loop carries along.
     """
     width = ops.shape(primer)[1]
     total_length = width + max_new_tokens
@@ -123,18 +141,26 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None):
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
     caches = model.initial_caches(ops.shape(primer)[0], total_length)
     _, caches = model.call_with_cache(primer[:, :-1], caches, 0)
+    state = (tokens, caches)
+    if note_rules is not None:
+        state += (note_rules.sounding(tokens, start + 1),)
 
     def step(index, state):
-        tokens, caches = state
+        tokens, caches, *sounding = state
         logits, caches = model.call_with_cache(_column(tokens, index), caches, index)
-        chosen = choose(logits[:, -1], index)
+        logits = logits[:, -1]
+        if note_rules is not None:
+            logits = note_rules.mask_logits(logits, sounding[0])
+        chosen = choose(logits, index)
         if primer_length is not None:
             in_primer = index + 1 < primer_length
             chosen = ops.where(in_primer, ops.take(tokens, index + 1, axis=1), chosen)
-        return _write_column(tokens, index + 1, chosen), caches
+        state = (_write_column(tokens, index + 1, chosen), caches)
+        if note_rules is not None:
+            state += (note_rules.after(sounding[0], chosen),)
+        return state
 
-    tokens, _ = ops.fori_loop(start, total_length - 1, step, (tokens, caches))
-    return tokens
+    return ops.fori_loop(start, total_length - 1, step, state)[0]
 
 
 def _zeros_past(tokens, lengths):

@@ -1,0 +1,123 @@
+"""Note rules in decoding: a note-off only for a sounding pitch, a note-on
+only for a silent one, checked against a plain Python account of what sounds."""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_selfattn.generation import continue_sequence
+from keras_selfattn.generation.note_rules import NoteRules
+from tests.generation.generation_models import music_model, sharpen
+
+# A 20-id vocabulary: 0-1 reserved, note-ons of 4 pitches, note-offs, then other events.
+NOTE_EVENT_IDS = {"note_on": (2, 5), "note_off": (6, 9), "time_shift": (10, 19)}
+RULES = NoteRules(note_on_id=2, note_off_id=6, num_pitches=4)
+RNG = np.random.default_rng(11)
+
+
+def _sounding(tokens):
+    """The pitches sounding after `tokens`, one event at a time."""
+    sounding = set()
+    for token in tokens:
+        if 2 <= token <= 5:
+            sounding.add(token - 2)
+        elif 6 <= token <= 9:
+            sounding.discard(token - 6)
+    return sounding
+
+
+def _allowed(tokens, vocab_size=20):
+    sounding = _sounding(tokens)
+    forbidden = {2 + p for p in sounding} | {6 + p for p in range(4) if p not in sounding}
+    return np.array([v not in forbidden for v in range(vocab_size)])
+
+
+def _breaks_the_rules(row, start):
+    return any(not _allowed(row[:t])[row[t]] for t in range(start, len(row)))
+
+
+def test_sounding_pitches_follow_each_row_up_to_its_length():
+    tokens = RNG.integers(0, 12, (5, 9)).astype("int32")
+    lengths = np.array([9, 4, 1, 0, 7], "int32")
+    sounding = np.asarray(RULES.sounding(tokens, lengths))
+    for row, length in enumerate(lengths):
+        expected = [p in _sounding(tokens[row, :length]) for p in range(4)]
+        assert sounding[row].tolist() == expected, row
+
+
+def test_a_played_event_updates_what_sounds():
+    sounding = np.array([[True, False, True, False]] * 4)
+    tokens = np.array([3, 6, 8, 12], "int32")  # strike pitch 1, release 0, release 2, a time shift
+    after = np.asarray(RULES.after(ops.convert_to_tensor(sounding), ops.convert_to_tensor(tokens)))
+    assert after.tolist() == [
+        [True, True, True, False], [False, False, True, False], [True, False, False, False], [True, False, True, False]
+    ]
+
+
+def test_the_mask_forbids_exactly_the_events_that_change_nothing():
+    tokens = RNG.integers(0, 12, (6, 7)).astype("int32")
+    logits = RNG.normal(size=(6, 20)).astype("float32")
+    masked = np.asarray(RULES.mask_logits(ops.convert_to_tensor(logits), RULES.sounding(tokens, 7)))
+    for row in range(6):
+        allowed = _allowed(tokens[row])
+        np.testing.assert_array_equal(masked[row][allowed], logits[row][allowed])
+        assert (masked[row][~allowed] < -1e8).all()
+
+
+def _greedy_with_rules(model, primer, count):
+    """An uncached loop: the full pass's last logits, forbidden events removed, argmax."""
+    tokens = np.pad(primer, [(0, 0), (0, count)])
+    for t in range(primer.shape[1], primer.shape[1] + count):
+        logits = model.predict_on_batch(tokens)[:, t - 1]
+        for row in range(len(tokens)):
+            logits[row][~_allowed(tokens[row, :t])] = -np.inf
+        tokens[:, t] = logits.argmax(-1)
+    return tokens
+
+
+@pytest.mark.parametrize("attention", ["relative_global", "absolute"])
+def test_greedy_continuation_with_rules_equals_the_masked_uncached_loop(attention):
+    model = sharpen(music_model(attention), factor=3.0)
+    primer = np.array([[2, 3, 10, 6], [4, 11, 8, 5]], "int32")  # pitches 1 and 3 left sounding
+    tokens = np.asarray(continue_sequence(model, primer, 8, temperature=0, note_event_ids=NOTE_EVENT_IDS))
+    np.testing.assert_array_equal(tokens, _greedy_with_rules(model, primer, 8))
+
+
+def test_sampled_continuations_keep_the_rules_that_they_break_without():
+    model = sharpen(music_model("relative_global"))
+    primer = RNG.integers(2, 12, (6, 5)).astype("int32")
+    free = np.asarray(continue_sequence(model, primer, 12, seed=4))
+    assert any(_breaks_the_rules(row, 5) for row in free)  # the model alone does break them
+    for settings in (dict(seed=4), dict(seed=5, top_k=3), dict(seed=6, top_p=0.8, temperature=1.4)):
+        ruled = np.asarray(continue_sequence(model, primer, 12, note_event_ids=NOTE_EVENT_IDS, **settings))
+        np.testing.assert_array_equal(ruled[:, :5], primer)
+        assert not any(_breaks_the_rules(row, 5) for row in ruled), settings
+
+
+def test_padded_primers_with_rules_each_continue_as_alone():
+    model = sharpen(music_model("relative_global"), factor=3.0)
+    primers = [[2, 3, 10, 6, 4], [5, 10], [3, 11, 7]]
+    padded = np.array([primer + [4] * (5 - len(primer)) for primer in primers], "int32")
+    lengths = [len(primer) for primer in primers]
+    tokens = np.asarray(continue_sequence(
+        model, padded, 6, primer_length=lengths, temperature=0, note_event_ids=NOTE_EVENT_IDS
+    ))
+    for row, primer in enumerate(primers):
+        alone = continue_sequence(model, np.array([primer], "int32"), 6, temperature=0, note_event_ids=NOTE_EVENT_IDS)
+        np.testing.assert_array_equal(tokens[row, : len(primer) + 6], np.asarray(alone)[0], err_msg=f"row {row}")
+
+
+@pytest.mark.parametrize(
+    "note_event_ids",
+    [
+        {"note_on": (2, 5)},
+        {"note_on": (2, 5), "note_off": (6, 8)},
+        {"note_on": (2, 5), "note_off": (4, 7)},
+        {"note_on": (2, 5), "note_off": (18, 21)},
+        {"note_on": "2-5", "note_off": (6, 9)},
+    ],
+    ids=["no note-offs", "sizes differ", "overlapping", "past the vocabulary", "not a range"],
+)
+def test_note_event_ids_must_be_two_ranges_of_one_size_in_the_vocabulary(note_event_ids):
+    with pytest.raises(ValueError, match=r"`note_event_ids` must map 'note_on' and 'note_off'.*\[0, 20\)"):
+        continue_sequence(music_model("absolute"), np.array([[3, 4]], "int32"), 2, note_event_ids=note_event_ids)
