@@ -135,6 +135,13 @@ def build_parser():
         help="events the model adds after the primer",
     )
     harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=0.95)
+    generation.add_argument(
+        "--note_rules",
+        default="on",
+        choices=("on", "off"),
+        help="on: each step may release only a sounding pitch and strike only a silent one "
+        "(continue_sequence's note_event_ids); off: the model's logits as they are",
+    )
     return parser
 
 
@@ -257,11 +264,13 @@ def continue_primer(args, run, model, music_data, held_out):
     primer = np.asarray(source[: args.primer_events], dtype="int32")[None]
     run.log(
         f"continuing a {primer.shape[1]}-event held-out primer with {args.generate_events} "
-        f"events (temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}) ..."
+        f"events (temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, "
+        f"note rules {args.note_rules}) ..."
     )
     tokens = continue_sequence(
         model, primer, args.generate_events, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        note_event_ids=music_data.event_id_ranges() if args.note_rules == "on" else None,
     )
     return primer[0], keras.ops.convert_to_numpy(tokens)[0]
 

@@ -187,6 +187,8 @@ def test_note_statistics_of_the_continuation_and_the_held_out_data(short_run):
     assert held_out["mean_polyphony"] >= 1.0
     assert held_out["share_of_note_offs_closing_a_note"] == 1.0
     assert "share of notes over 2 s" in printed and "95th-percentile polyphony" in printed
+    # The default --note_rules on: no note struck again while it sounds.
+    assert statistics["continuation"]["share_of_note_ons_on_a_sounding_pitch"] == 0.0
 
 
 def test_saved_model_serves_the_trained_model(short_run):

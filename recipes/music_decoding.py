@@ -1,0 +1,165 @@
+"""Music decoding study: continues held-out primers with a trained music model
+under several decoding settings and tables each one's note statistics beside
+the held-out performances'.
+
+The primers are `--primers` windows of `--primer_events` events spread evenly
+over the held-out performances (the music recipe's data flags pick them), continued
+by `--generate_events` events at `--temperature`, the same seed for every
+setting. The settings:
+
+- `top_p 0.95`: the music recipe's sampling, the model's logits as they are;
+- `top_p 1.0`: no truncation (does top-p cut away the rare note-offs?);
+- `primer released`: top_p 0.95 after the primer's sounding notes are
+  released (note-offs appended), so none is left open at the cut;
+- `note rules`: top_p 0.95, each step may release only a sounding pitch and
+  strike only a silent one (`continue_sequence(note_event_ids=...)`);
+- `note rules, top_p 1.0`.
+
+Statistics (keras_selfattn.data.music.performance_statistics): median note
+length, share of notes over 2 s, mean and 95th-percentile polyphony, notes
+per second, the share of note-offs that close a sounding note and of
+note-ons struck on a sounding pitch; each continuation's notes counted from
+the end of its primer. Writes `report.json` and one MIDI file per setting
+(the first primer's continuation) to `--model_dir`.
+
+    python recipes/music.py --model_dir runs/demo ...   # train first
+    python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/decoding
+"""
+
+from common import harness  # sets up the environment before Keras is imported
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import music  # noqa: E402
+
+NAME = "music_decoding"
+RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
+STATISTICS = [
+    ("median_note_seconds", "median note s"),
+    ("share_of_notes_over_2s", "notes > 2 s"),
+    ("mean_polyphony", "mean poly."),
+    ("p95_polyphony", "p95 poly."),
+    ("notes_per_second", "notes/s"),
+    ("share_of_note_offs_closing_a_note", "offs closing"),
+    ("share_of_note_ons_on_a_sounding_pitch", "ons on sounding"),
+]
+# (name, top_p, release the primer's notes, note rules)
+SETTINGS = [
+    ("top_p 0.95", 0.95, False, False),
+    ("top_p 1.0", 1.0, False, False),
+    ("primer released", 0.95, True, False),
+    ("note rules", 0.95, False, True),
+    ("note rules, top_p 1.0", 1.0, False, True),
+]
+
+
+def build_parser():
+    parser = harness.recipe_parser(__doc__)
+    parser.add_argument("--model", required=True, help="the trained music model (.keras) to continue with")
+    data = parser.add_argument_group("data (as the music recipe's)")
+    data.add_argument("--midi_dir", default=None, help="folder of MIDI files; default: the embedded MAESTRO files")
+    study = parser.add_argument_group("study")
+    study.add_argument("--primers", type=harness.positive_int, default=8, help="held-out primers, the longest first")
+    study.add_argument("--primer_events", type=harness.positive_int, default=256, help="events of each primer")
+    study.add_argument(
+        "--generate_events", type=harness.positive_int, default=1024, help="events added to each primer"
+    )
+    study.add_argument(
+        "--temperature", type=harness.non_negative_float, default=1.0, help="softmax temperature of every setting"
+    )
+    return parser
+
+
+def released(music_data, primer):
+    """`primer` (1D events) with a note-off appended for each sounding pitch."""
+    ranges = music_data.event_id_ranges()
+    on_first, on_last = ranges["note_on"]
+    off_first, _ = ranges["note_off"]
+    sounding = set()
+    for event in primer:
+        if on_first <= event <= on_last:
+            sounding.add(event - on_first)
+        elif off_first <= event < off_first + (on_last - on_first + 1):
+            sounding.discard(event - off_first)
+    return np.concatenate([primer, [off_first + pitch for pitch in sorted(sounding)]]).astype("int32")
+
+
+def primers_of(args, held_out):
+    """`--primers` windows of `--primer_events` held-out events, evenly
+    spread over the non-overlapping windows of every held-out performance."""
+    length = args.primer_events
+    windows = [(p, start) for p in held_out for start in range(0, len(p) - length + 1, length)]
+    if not windows:
+        raise harness.UsageError(f"--primer_events {length}: no held-out performance is that long")
+    chosen = np.unique(np.linspace(0, len(windows) - 1, args.primers).round().astype(int))
+    return [np.asarray(windows[i][0][windows[i][1] : windows[i][1] + length], "int32") for i in chosen]
+
+
+def continue_all(args, model, music_data, primers, top_p, note_rules):
+    """The continuations `[(primer, tokens)]`, one batch for all primers."""
+    from keras_selfattn.generation import continue_sequence
+
+    lengths = np.array([len(p) for p in primers], "int32")
+    width = int(lengths.max())
+    padded = np.stack([np.pad(p, (0, width - len(p))) for p in primers])
+    tokens = continue_sequence(
+        model, padded, args.generate_events, primer_length=lengths, temperature=args.temperature, top_p=top_p,
+        seed=args.seed, note_event_ids=music_data.event_id_ranges() if note_rules else None,
+    )
+    tokens = keras.ops.convert_to_numpy(tokens)
+    return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]
+
+
+def log_table(run, rows, held_out):
+    header = f"{'setting':24s}" + "".join(f"{label:>16s}" for _, label in STATISTICS)
+    run.log(header)
+    for name, statistics in [*rows, ("held out", held_out)]:
+        run.log(f"{name:24s}" + "".join(f"{statistics[key]:16.3f}" for key, _ in STATISTICS))
+    run.log("ratio to held out:       " + "  ".join(label for key, label in STATISTICS if key in RATIO_KEYS))
+    for name, statistics in rows:
+        ratios = [statistics[key] / held_out[key] if held_out[key] else float("nan") for key in RATIO_KEYS]
+        run.log(f"{name:24s}" + "".join(f"{ratio:16.2f}" for ratio in ratios))
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    run = harness.start(args, recipe=NAME)
+    from keras_selfattn.data import music as music_data
+
+    try:
+        model = keras.models.load_model(args.model)
+    except (OSError, ValueError) as error:
+        raise harness.UsageError(f"--model {args.model!r}: {error}") from None
+    _, held_out, _ = music.load_performances(args, run, music_data)
+    primers = primers_of(args, held_out)
+    held_out_statistics = music_data.performance_statistics(held_out)
+    rows = []
+    for name, top_p, release, note_rules in SETTINGS:
+        run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events ...")
+        own_primers = [released(music_data, p) for p in primers] if release else primers
+        pieces = continue_all(args, model, music_data, own_primers, top_p, note_rules)
+        statistics = music_data.performance_statistics(
+            [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
+        )
+        rows.append((name, statistics))
+        midi_path = run.path(f"{name.replace(' ', '_').replace(',', '')}.mid")
+        music_data.events_to_midi(pieces[0][1], str(midi_path))
+        run.wrote(f"MIDI, {name}", midi_path)
+    log_table(run, rows, held_out_statistics)
+    report = {
+        "model": args.model,
+        "primers": len(primers),
+        "primer_events": args.primer_events,
+        "generate_events": args.generate_events,
+        "temperature": args.temperature,
+        "settings": {name: statistics for name, statistics in rows},
+        "held_out": held_out_statistics,
+    }
+    report = run.write_report(report)
+    run.finish()
+    return report
+
+
+if __name__ == "__main__":
+    harness.run_cli(main)
