@@ -256,6 +256,11 @@ def evaluate(args, run, model, music_data, held_out):
 # ---------------------------------------------------------- continuation
 
 
+def note_event_ids(args, music_data):
+    """The note-on and note-off ids under `--note_rules on`, else None."""
+    return music_data.event_id_ranges() if args.note_rules == "on" else None
+
+
 def continue_primer(args, run, model, music_data, held_out):
     """Primes with the start of the longest held-out performance and samples."""
     from keras_selfattn.generation import continue_sequence
@@ -270,7 +275,7 @@ def continue_primer(args, run, model, music_data, held_out):
     tokens = continue_sequence(
         model, primer, args.generate_events, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        note_event_ids=music_data.event_id_ranges() if args.note_rules == "on" else None,
+        note_event_ids=note_event_ids(args, music_data),
     )
     return primer[0], keras.ops.convert_to_numpy(tokens)[0]
 
@@ -456,7 +461,7 @@ def main(argv=None, callbacks=()):
         "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
     }
     report["continuation"] = write_continuation(args, run, model, music_data, held_out)
-    run.export(model, NAME)
+    run.export(model, NAME, note_event_ids=note_event_ids(args, music_data))
     report = run.write_report(report)
     run.finish()
     return report

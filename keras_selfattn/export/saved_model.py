@@ -7,6 +7,7 @@ import tempfile
 import keras
 
 from keras_selfattn.export.contract import check_serving_contract
+from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.models.graph_transformer import GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
 from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
@@ -15,7 +16,8 @@ DEFAULT_MAX_LENGTH = {"sequence": 2048, "translation": 256}
 
 
 def export_for_serving(
-    model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None
+    model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None,
+    note_event_ids=None,
 ):
     """Writes `model` with its generation signatures to `export_base/name/version/`.
 
@@ -34,10 +36,11 @@ def export_for_serving(
       for `graph_transformer`, whose inputs are `token_ids` int32 `[B, N]`
       and `relations` int32 `[B, N, N]`).
     - `music_transformer` (decoder-only): `generate`: `primer` int32
-      `[B, T]`, `max_new_tokens` int32 `[B]`, `temperature` float32 `[B]`,
-      `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]` ->
-      `tokens` int32 `[B, T + max(max_new_tokens)]`, zeros past a row's own
-      count.
+      `[B, T]` (primers padded to the longest), `primer_length` int32 `[B]`
+      (each row's own), `max_new_tokens` int32 `[B]`, `temperature` float32
+      `[B]`, `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]`
+      -> `tokens` int32 `[B, L]`: a row's primer, its new tokens, then
+      zeros.
     - `transformer_translation` with a `tokenizer`: `translate`: `text`
       string `[B]` -> `translation` string `[B]`, `tokens` int32 `[B,
       max_length]`, `score` float32 `[B]` (beam search with `beam_size` and
@@ -75,6 +78,9 @@ def export_for_serving(
             `generate`, primer plus new tokens; for `translate`, target
             tokens. `None` takes the model's maximum, else 2048 (music) or
             256 (translation).
+        note_event_ids: music only: the note-on and note-off id ranges
+            (`keras_selfattn.data.music.event_id_ranges()`); `generate` then
+            keeps `continue_sequence`'s note rules on every row.
 
     Returns:
         The path of the written version directory.
@@ -93,7 +99,7 @@ def export_for_serving(
     if not isinstance(name, str) or not name or os.sep in name:
         raise ValueError(f"`name` must be a folder name for the model. Received: name={name!r}")
     family, model = _family(model)
-    endpoints, resources = _endpoints(model, family, tokenizer, beam_size, alpha, max_length)
+    endpoints, resources = _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)
     os.makedirs(model_dir, exist_ok=True)
@@ -128,7 +134,7 @@ def _family(model):
     )
 
 
-def _endpoints(model, family, tokenizer, beam_size, alpha, max_length):
+def _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids):
     from keras_selfattn.export import image_signatures, sequence_signatures
 
     is_dmol = family == "image" and model.is_dmol
@@ -142,9 +148,14 @@ def _endpoints(model, family, tokenizer, beam_size, alpha, max_length):
         return endpoints + image_signatures.image_endpoints(model), []
     if tokenizer is not None and family != "translation":
         raise ValueError(f"`tokenizer` is for translation models only. Received a {family} model")
+    if note_event_ids is not None and family != "sequence":
+        raise ValueError(f"`note_event_ids` is for music models only. Received a {family} model")
     max_length = _max_length(max_length, family, model)
     if family == "sequence":
-        return endpoints + [sequence_signatures.generate_endpoint(model, max_length)], []
+        note_rules = None
+        if note_event_ids is not None:
+            note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
+        return endpoints + [sequence_signatures.generate_endpoint(model, max_length, note_rules)], []
     if tokenizer is None:
         return endpoints, []
     # `translate_tokens` checks `beam_size` and `alpha` when the signature is traced.

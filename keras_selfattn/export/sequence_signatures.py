@@ -9,7 +9,7 @@ from keras_selfattn.generation.sequences import extend_sequence, translate_token
 ROWS = request_checks.ROWS
 
 
-def generate_endpoint(model, max_length):
+def generate_endpoint(model, max_length, note_rules=None):
     """`generate(primer, primer_length, max_new_tokens, temperature, top_k,
     top_p, seed)` -> `{"tokens": int32 [B, L], "status": string [B]}`.
 
@@ -18,7 +18,8 @@ def generate_endpoint(model, max_length):
     are ignored), its `tokens` row holds them, then its `max_new_tokens[i]`
     new tokens, then zeros; `L` is the longest such row (or the primer's
     width). Each good row is what `continue_sequence` gives its own primer
-    alone. A bad row gets its problem in `status` and zeros in `tokens`."""
+    alone (with `note_event_ids` when `note_rules`, a `NoteRules`, is given).
+    A bad row gets its problem in `status` and zeros in `tokens`."""
     vocab_size = model.vocabulary_size
 
     def generate(primer, primer_length, max_new_tokens, temperature, top_k, top_p, seed):
@@ -65,7 +66,9 @@ def generate_endpoint(model, max_length):
             )
 
         new_columns = tf.maximum(tf.reduce_max(own_length) - width, 0)
-        tokens = extend_sequence(model, primer, new_columns, choose, primer_length=settings["primer_length"])
+        tokens = extend_sequence(
+            model, primer, new_columns, choose, primer_length=settings["primer_length"], note_rules=note_rules
+        )
         kept = tf.range(tf.shape(tokens)[1])[None, :] < own_length[:, None]
         return {"tokens": tf.where(kept & good[:, None], tokens, 0), "status": status}
 

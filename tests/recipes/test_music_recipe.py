@@ -204,6 +204,15 @@ def test_saved_model_serves_the_trained_model(short_run):
     tokens = np.array([[5, 180, 300, 60, 200, 148]], "int32")
     logits = served.signatures["serving_default"](tokens=tf.constant(tokens))["logits"]
     np.testing.assert_allclose(logits.numpy(), keras.ops.convert_to_numpy(model(tokens)), atol=1e-4)
+    # `generate` keeps the recipe's note rules (--note_rules on by default).
+    from keras_selfattn.data import music as music_data
+    from keras_selfattn.generation import continue_sequence
+
+    rows = {"primer": tokens, "primer_length": [6], "max_new_tokens": [20], "temperature": [1.0], "top_k": [0],
+            "top_p": [1.0], "seed": [7]}
+    generated = served.signatures["generate"](**{k: tf.constant(v) for k, v in rows.items()})["tokens"]
+    expected = continue_sequence(model, tokens, 20, seed=7, note_event_ids=music_data.event_id_ranges())
+    np.testing.assert_array_equal(generated.numpy(), keras.ops.convert_to_numpy(expected))
 
 
 class _Interrupt(keras.callbacks.Callback):
