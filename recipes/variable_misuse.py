@@ -11,13 +11,14 @@ the same function (keras_selfattn.data.programs). Each function is a graph
 over its tokens: next token, syntax parent/child and sibling, last use, last
 write and computed-from edges, each with its reverse.
 
-The model: token embeddings, `--num_layers` pre-norm encoder blocks of
-relational attention (keras_selfattn.layers.RelationalAttention), and two
-pointer heads over the positions: the bug (position 0 is the no-bug slot)
-and the repair (any position holding the right variable). The relation of
-a pair is its edge type where it has one, else its distance clipped to
-`--max_distance`; `--edges none` gives the same model distance relations
-only (a relative-position Transformer).
+The model: `keras_selfattn.models.graph_transformer` (token embeddings,
+pre-norm encoder blocks of relational attention, a final norm; `--preset`
+sets its size, the size flags override it) and two pointer heads over its
+node encodings: the bug (position 0 is the no-bug slot) and the repair (any
+position holding the right variable). The relation of a pair is its edge
+type where it has one, else its distance clipped to `--max_distance`;
+`--edges none` gives the same model distance relations only (a
+relative-position Transformer).
 
 The run prints and writes to `--model_dir`: held-out classification
 accuracy (bug or no bug), localisation accuracy and repair accuracy (on the
@@ -40,6 +41,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import plots  # noqa: E402
+from keras_selfattn.models import GRAPH_PRESETS, graph_transformer  # noqa: E402
 
 NAME = "variable_misuse"
 EDGE_CHOICES = ("all", "none")
@@ -97,19 +99,44 @@ def build_parser():
         "--max_distance", type=harness.positive_int, default=8,
         help="token distances are clipped to [-max_distance, max_distance]",
     )
-    model.add_argument("--num_layers", type=harness.positive_int, default=4, help="encoder blocks")
-    model.add_argument("--hidden_dim", type=harness.positive_int, default=64, help="model width")
-    model.add_argument("--num_heads", type=harness.positive_int, default=4, help="attention heads")
     model.add_argument(
-        "--feedforward_dim", type=harness.positive_int, default=128, help="feed-forward hidden width"
+        "--preset",
+        default="small",
+        choices=sorted(GRAPH_PRESETS),
+        help="encoder size (keras_selfattn.models.GRAPH_PRESETS): tiny (2 layers, width 32), "
+        "small (4 layers, width 128, 4 heads, feed-forward 512; the default) or base "
+        "(Transformer-base: 6 layers, width 512, 8 heads, feed-forward 2048)",
     )
-    model.add_argument("--dropout", type=harness.rate, default=0.1, help="dropout rate")
+    model.add_argument(
+        "--num_layers", type=harness.positive_int, default=None, help="encoder blocks (default: the preset's)"
+    )
+    model.add_argument(
+        "--hidden_dim", type=harness.positive_int, default=None, help="model width (default: the preset's)"
+    )
+    model.add_argument(
+        "--num_heads", type=harness.positive_int, default=None, help="attention heads (default: the preset's)"
+    )
+    model.add_argument(
+        "--feedforward_dim",
+        type=harness.positive_int,
+        default=None,
+        help="feed-forward hidden width (default: the preset's)",
+    )
+    model.add_argument("--dropout", type=harness.rate, default=None, help="dropout rate (default: the preset's)")
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=200, batch_size=32, learning_rate=1e-3)
     return parser
 
 
+SIZE_FLAGS = ("num_layers", "hidden_dim", "num_heads", "feedforward_dim", "dropout")
+
+
 def parse_args(argv=None):
+    """The flags, the size flags left unset filled in from `--preset`."""
     args = build_parser().parse_args(argv)
+    preset = GRAPH_PRESETS[args.preset]
+    for name in SIZE_FLAGS:
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
     if args.hidden_dim % args.num_heads:
         raise harness.UsageError(
             f"--hidden_dim ({args.hidden_dim}) must be a multiple of --num_heads ({args.num_heads})"
@@ -210,35 +237,21 @@ def _pointer(x, real, name):
     return keras.layers.Identity(name=name)(keras.ops.where(real, scores, -1e9))
 
 
-def build_model(args, vocabulary_size, num_relations, length):
-    """`(model, scores_model)`: the two-pointer model and one that gives the
-    last block's attention scores `[batch, heads, query, key]`."""
-    from keras_selfattn.layers import RelationalAttention
-
-    token_ids = keras.Input((length,), dtype="int32", name="token_ids")
-    relations = keras.Input((length, length), dtype="int32", name="relations")
-    real = keras.ops.not_equal(token_ids, 0)
-    attention_mask = keras.ops.logical_and(real[:, :, None], real[:, None, :])
-    x = keras.layers.Embedding(vocabulary_size, args.hidden_dim, name="token_embedding")(token_ids)
-    scores = None
-    for index in range(args.num_layers):
-        attention = RelationalAttention(
-            num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
-            num_relations=num_relations, dropout=args.dropout, name=f"block_{index}_attention",
-        )
-        normed = keras.layers.LayerNormalization(epsilon=1e-6, name=f"block_{index}_attention_norm")(x)
-        attended, scores = attention(
-            normed, normed, relations=relations, attention_mask=attention_mask, return_attention_scores=True
-        )
-        x = x + keras.layers.Dropout(args.dropout)(attended)
-        normed = keras.layers.LayerNormalization(epsilon=1e-6, name=f"block_{index}_feedforward_norm")(x)
-        hidden = keras.layers.Dense(args.feedforward_dim, activation="relu", name=f"block_{index}_feedforward")(normed)
-        x = x + keras.layers.Dropout(args.dropout)(keras.layers.Dense(args.hidden_dim, name=f"block_{index}_output")(hidden))
-    x = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
+def build_model(args, vocabulary_size, num_relations):
+    """`(model, encoder)`: the two-pointer model over the node encodings of
+    `encoder`, a `GraphTransformer` (whose `attention_scores` the figure
+    reads); inputs `token_ids` `[batch, nodes]` and `relations` `[batch,
+    nodes, nodes]`, outputs the `bug` and `repair` logits `[batch, nodes]`."""
+    encoder = graph_transformer(
+        vocabulary_size, num_relations, preset=args.preset, **{name: getattr(args, name) for name in SIZE_FLAGS}
+    )
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    relations = keras.Input((None, None), dtype="int32", name="relations")
     inputs = {"token_ids": token_ids, "relations": relations}
-    outputs = {"bug": _pointer(x, real, "bug"), "repair": _pointer(x, real, "repair")}
-    model = keras.Model(inputs, outputs, name=NAME)
-    return model, keras.Model(inputs, scores, name=f"{NAME}_attention_scores")
+    encodings = encoder(inputs)
+    real = keras.ops.not_equal(token_ids, 0)
+    outputs = {"bug": _pointer(encodings, real, "bug"), "repair": _pointer(encodings, real, "repair")}
+    return keras.Model(inputs, outputs, name=NAME), encoder
 
 
 def compile_model(model, args):
@@ -302,7 +315,7 @@ def _short(text, limit=18):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def write_attention_figure(args, run, scores_model, programs, held_out, arrays):
+def write_attention_figure(args, run, encoder, programs, held_out, arrays):
     """The last block's attention over the shortest held-out buggy function
     of 24 or more tokens (or the shortest buggy one), tokens on the axes."""
     buggy = [i for i, e in enumerate(held_out) if e.has_bug and len(e.graph.tokens) <= PLOT_MAX_TOKENS]
@@ -312,7 +325,8 @@ def write_attention_figure(args, run, scores_model, programs, held_out, arrays):
     row = min(buggy, key=lambda i: (len(held_out[i].graph.tokens) < 24, abs(len(held_out[i].graph.tokens) - 36)))
     example = held_out[row]
     size = len(example.graph.tokens) + 1
-    weights = scores_model(batch_inputs(programs, arrays, np.array([row]), args), training=False)
+    inputs = batch_inputs(programs, arrays, np.array([row]), args)
+    weights = encoder.attention_scores(inputs["token_ids"], inputs["relations"], block=-1)
     weights = keras.ops.convert_to_numpy(keras.ops.cast(weights, "float32"))[0][:, :size, :size]
     labels = ["<no bug>"] + [
         f"{text} (bug: was {example.original_name})" if i == example.bug_position else _short(text)
@@ -344,10 +358,10 @@ def main(argv=None, callbacks=()):
     num_relations = programs.num_relations(args.max_distance)
     length = args.max_tokens + 1
     with run.strategy.scope():
-        model, scores_model = build_model(args, len(vocabulary), num_relations, length)
+        model, encoder = build_model(args, len(vocabulary), num_relations)
         compile_model(model, args)
     run.log(
-        f"{NAME} (edges {args.edges}, {num_relations} relation ids): {model.count_params():,} parameters; "
+        f"{NAME} ({args.preset}, edges {args.edges}, {num_relations} relation ids): {model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} functions"
     )
     validation_rows = np.arange(min(VALIDATION_EXAMPLES, len(held_out)))
@@ -366,16 +380,19 @@ def main(argv=None, callbacks=()):
     baseline = majority_baseline(arrays["train"], arrays["held_out"])
     for name, value in scores.items():
         run.log(f"held-out {name} accuracy: {value:.4f} (majority baseline {baseline[name]:.4f})")
-    figure = write_attention_figure(args, run, scores_model, programs, held_out, arrays["held_out"])
+    figure = write_attention_figure(args, run, encoder, programs, held_out, arrays["held_out"])
     report = {
         "model": {
             "name": NAME,
+            "preset": args.preset,
             "edges": args.edges,
             "max_distance": args.max_distance,
             "num_relations": num_relations,
             "num_layers": args.num_layers,
             "hidden_dim": args.hidden_dim,
             "num_heads": args.num_heads,
+            "feedforward_dim": args.feedforward_dim,
+            "dropout": args.dropout,
             "parameters": model.count_params(),
         },
         "data": {**counts, "vocabulary_size": len(vocabulary), "length": length},
