@@ -80,6 +80,11 @@ from keras_selfattn.ops.relative import (
     unskew_causal,
     unskew_causal_square,
 )
+from keras_selfattn.ops.relative_2d import (
+    block_relative_offsets_2d,
+    clipped_offset_rows,
+    relative_logits_2d,
+)
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd
