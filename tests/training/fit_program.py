@@ -1,12 +1,14 @@
-"""A small, deterministic training run of the tiny Music Transformer.
+"""A small, deterministic training run of a tiny model: the Music Transformer
+(`--family music`, the default) or the graph Transformer with a Dense head
+on a synthetic node task (`--family graph`).
 
 The distribution and resumable-training tests start it as a separate
 process (TensorFlow's devices and cluster are fixed per process) and
 compare what it writes: the per-step losses and the final weights. From
 the repository root:
 
-    python -m tests.training.fit_program --output out.npz [--strategy mirrored|multi_worker]
-        [--backup_dir DIR --pause_at EPOCH:BATCH]
+    python -m tests.training.fit_program --output out.npz [--family music|graph]
+        [--strategy mirrored|multi_worker] [--backup_dir DIR --pause_at EPOCH:BATCH]
 """
 
 import argparse
@@ -22,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 GLOBAL_BATCH, LENGTH, VOCAB = 8, 16, 12
+NODES, NUM_RELATIONS = 8, 3
 
 
 def periodic_sequences(count, seed=0):
@@ -33,6 +36,47 @@ def periodic_sequences(count, seed=0):
         sequences.append(np.resize(motif, LENGTH + 1))
     sequences = np.stack(sequences).astype("int32")
     return sequences[:, :-1], sequences[:, 1:]
+
+
+def pointer_graphs(count, seed=0):
+    """Graphs whose node labels need the relations: each real node has
+    relation 1 to one other real node and must predict that node's token;
+    relations 2 and 3 are distractor edges. The last 0 to 3 nodes are padding
+    (token 0, no relations, label 0)."""
+    rng = np.random.default_rng(seed)
+    token_ids = np.zeros((count, NODES), "int32")
+    relations = np.zeros((count, NODES, NODES), "int32")
+    labels = np.zeros((count, NODES), "int32")
+    for sample in range(count):
+        real = NODES - rng.integers(0, 4)
+        token_ids[sample, :real] = rng.integers(1, VOCAB, size=real)
+        distractors = rng.integers(2, NUM_RELATIONS + 1, size=(real, real)) * (rng.random((real, real)) < 0.3)
+        relations[sample, :real, :real] = distractors
+        for node in range(real):
+            target = (node + rng.integers(1, real)) % real
+            relations[sample, node, target] = 1
+            labels[sample, node] = token_ids[sample, target]
+    return {"token_ids": token_ids, "relations": relations}, labels
+
+
+def graph_model():
+    """The tiny graph Transformer with a Dense head over each node's encoding."""
+    from keras_selfattn.models import graph_transformer
+
+    encoder = graph_transformer(VOCAB, NUM_RELATIONS, preset="tiny")
+    logits = keras.layers.Dense(VOCAB, dtype="float32", name="node_head")(encoder.output)
+    return keras.Model(encoder.input, logits, name="graph_pointer")
+
+
+def build(family):
+    """`(model, inputs, targets)` for `family`, built under the current scope."""
+    if family == "graph":
+        inputs, targets = pointer_graphs(64)
+        return graph_model(), inputs, targets
+    from keras_selfattn.models.music_transformer import music_transformer
+
+    inputs, targets = periodic_sequences(64)
+    return music_transformer(VOCAB, preset="tiny"), inputs, targets
 
 
 def make_strategy(name):
@@ -60,6 +104,7 @@ def dataset(inputs, targets):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", required=True)
+    parser.add_argument("--family", default="music", choices=["music", "graph"])
     parser.add_argument("--strategy", default="none", choices=["none", "mirrored", "multi_worker"])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--backup_dir")
@@ -70,14 +115,11 @@ def main():
     strategy = make_strategy(args.strategy)
     keras.config.disable_traceback_filtering()
 
-    from keras_selfattn.models.music_transformer import music_transformer
-
     tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(0)
     keras.config.set_dtype_policy(args.policy)
-    inputs, targets = periodic_sequences(64)
     with strategy.scope():
-        model = music_transformer(VOCAB, preset="tiny")
+        model, inputs, targets = build(args.family)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

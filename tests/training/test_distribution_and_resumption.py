@@ -54,16 +54,30 @@ def _assert_same_training(first, second, atol):
 
 
 @pytest.fixture(scope="module")
-def single_device(tmp_path_factory):
-    output = tmp_path_factory.mktemp("single") / "single.npz"
-    _finish(_run(output))
-    return _results(output)
+def single_device_run(tmp_path_factory):
+    """`family -> (losses, weights)` of its one-device run, each run once."""
+    runs = {}
+
+    def run(family):
+        if family not in runs:
+            output = tmp_path_factory.mktemp(f"single_{family}") / "single.npz"
+            _finish(_run(output, "--family", family))
+            runs[family] = _results(output)
+        return runs[family]
+
+    return run
 
 
-def test_mirrored_strategy_on_two_devices_matches_one_device(single_device, tmp_path):
+@pytest.fixture(scope="module")
+def single_device(single_device_run):
+    return single_device_run("music")
+
+
+@pytest.mark.parametrize("family", ["music", "graph"])
+def test_mirrored_strategy_on_two_devices_matches_one_device(family, single_device_run, tmp_path):
     output = tmp_path / "mirrored.npz"
-    _finish(_run(output, "--strategy", "mirrored"))
-    _assert_same_training(single_device, _results(output), atol=1e-5)
+    _finish(_run(output, "--family", family, "--strategy", "mirrored"))
+    _assert_same_training(single_device_run(family), _results(output), atol=1e-5)
 
 
 def _free_ports(count):

@@ -7,6 +7,7 @@ import pytest
 from keras_selfattn.models import (
     DiscretizedMixtureLogisticsLoss,
     MaskedSparseCategoricalCrossentropy,
+    graph_transformer,
     image_super_resolution,
     image_transformer,
     music_transformer,
@@ -48,6 +49,17 @@ def _super_resolution():
     return model, x, pixels, MaskedSparseCategoricalCrossentropy(pad_id=None)
 
 
+def _graph():
+    encoder = graph_transformer(16, 3, preset="tiny")
+    logits = keras.layers.Dense(16, dtype="float32")(encoder.output)
+    model = keras.Model(encoder.input, logits)
+    token_ids = RNG.integers(1, 16, (BATCH, 6))
+    token_ids[:, -2:] = 0
+    relations = RNG.integers(0, 4, (BATCH, 6, 6)) * (token_ids[:, :, None] > 0) * (token_ids[:, None, :] > 0)
+    x = {"token_ids": token_ids, "relations": relations}
+    return model, x, np.roll(token_ids, 1, axis=1), MaskedSparseCategoricalCrossentropy()
+
+
 BUILDERS = {
     "translation_sinusoidal": lambda: _translation("sinusoidal"),
     "translation_shaw": lambda: _translation("shaw"),
@@ -56,6 +68,7 @@ BUILDERS = {
     "image_local_1d": lambda: _image("local_1d", "categorical"),
     "image_local_2d_dmol": lambda: _image("local_2d", "dmol"),
     "super_resolution": _super_resolution,
+    "graph": _graph,
 }
 
 
