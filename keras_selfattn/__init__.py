@@ -5,6 +5,7 @@ from keras_selfattn.layers import (
     LocalAttention1D,
     LocalAttention2D,
     LocalRelativeAttention1D,
+    LocalRelativeAttention2D,
     MultiHeadAttention,
     PositionEmbedding,
     RelationalAttention,

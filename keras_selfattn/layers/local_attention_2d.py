@@ -251,6 +251,7 @@ class LocalAttention2D(LocalAttentionBase):
             key_memory,
             value_memory,
             mask=tuple(masks),
+            bias=self._block_bias(query_blocks, causal),
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
         )
@@ -259,6 +260,17 @@ class LocalAttention2D(LocalAttentionBase):
         output = blocks_to_image(output, padded_shape, self.query_shape)[:, :height, :width]
         output = ops.reshape(output, [-1, heads, height * width, output.shape[-1]])
         return ops.transpose(output, (0, 2, 1, 3))
+
+    def _block_bias(self, query_blocks, causal):
+        """Additive logits `[batch, heads, blocks, qh * qw, memory]` for the
+        full pass, or `None`; a subclass's relative term."""
+        return None
+
+    def _step_bias(self, query, position_in_block):
+        """Additive logits `[batch, heads, 1, memory]` for a cached step's
+        query `[batch, 1, heads, dim]` at `position_in_block` (raster order
+        in its block), or `None`."""
+        return None
 
     def _head_images(self, sequence, grid_shape):
         """Projected `[batch, H * W, heads, dim]` -> `[batch * heads, H, W, dim]`.
@@ -298,7 +310,8 @@ class LocalAttention2D(LocalAttentionBase):
         mask = ops.logical_and(inside, causal)[None, None, :]  # [1, query, memory]
         if query_mask is not None:
             mask = ops.logical_and(mask, ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1]))
-        return self._step_attention(query, keys, values, mask, training)
+        bias = self._step_bias(query, cache_update_index % block_size)
+        return self._step_attention(query, keys, values, mask, training, bias=bias)
 
 
 def _unfold_heads(blocks, heads):

@@ -207,12 +207,13 @@ class LocalAttentionBase(MultiHeadAttention):
                 "keys are read from the cache. Generate only real positions."
             )
 
-    def _step_attention(self, query, keys, values, mask, training):
+    def _step_attention(self, query, keys, values, mask, training, bias=None):
         """A cached step's queries attending to the keys gathered for them.
 
         The step is one query block and the gathered positions its memory:
         `query` `[batch, steps, heads, dim]`, `keys` and `values`
-        `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`.
+        `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`,
+        `bias` optional logits `[batch, heads, steps, memory]`.
         """
         query, keys, values = (heads_first(x)[:, :, None] for x in (query, keys, values))
         output = block_attention(
@@ -220,6 +221,7 @@ class LocalAttentionBase(MultiHeadAttention):
             keys,
             values,
             mask=ops.expand_dims(mask, 1),  # [batch or 1, blocks = 1, steps, memory]
+            bias=None if bias is None else ops.expand_dims(bias, 2),
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
         )
