@@ -34,7 +34,9 @@ def export_for_serving(
     - every model: `serving_default`, the forward pass, keyed by the model's
       input names -> `logits` (`dmol_params` for a DMOL head, `encodings`
       for `graph_transformer`, whose inputs are `token_ids` int32 `[B, N]`
-      and `relations` int32 `[B, N, N]`).
+      and `relations` int32 `[B, N, N]`). A Functional model with those two
+      inputs that holds a `GraphTransformer` (heads on its node encodings)
+      and has named outputs (a dict) gives those outputs, as float32.
     - `music_transformer` (decoder-only): `generate`: `primer` int32
       `[B, T]` (primers padded to the longest), `primer_length` int32 `[B]`
       (each row's own), `max_new_tokens` int32 `[B]`, `temperature` float32
@@ -63,7 +65,8 @@ def export_for_serving(
     error naming the input.
 
     Args:
-        model: a model built by `keras_selfattn.models`.
+        model: a model built by `keras_selfattn.models`, or a Functional
+            model of heads over a `graph_transformer` (see above).
         export_base: the folder TF Serving watches for all models.
         name: the model's name in TF Serving (its folder under
             `export_base`).
@@ -126,11 +129,31 @@ def _family(model):
             return family, model_class.from_model(model)
         except ValueError:
             continue
+    if _is_graph_heads_model(model):
+        return "graph", model
     raise ValueError(
         "`model` must be built by keras_selfattn.models (music_transformer, "
         "transformer_translation, image_transformer, image_super_resolution or "
-        "graph_transformer). "
+        "graph_transformer), or be a Functional model with inputs token_ids and relations, "
+        "dict outputs, and a graph_transformer inside. "
         f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
+    )
+
+
+def _is_graph_heads_model(model):
+    """Whether `model` is heads over a `GraphTransformer`: a Functional model
+    with inputs `token_ids` and `relations`, a dict of outputs, and a
+    `GraphTransformer` among its layers."""
+    if not isinstance(model, keras.Model):
+        return False
+    try:
+        outputs, inputs = model.output, model.inputs
+    except (AttributeError, ValueError):  # a subclassed model: no symbolic outputs
+        return False
+    return (
+        isinstance(outputs, dict)
+        and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
+        and any(isinstance(layer, GraphTransformer) for layer in model.layers)
     )
 
 
@@ -139,10 +162,14 @@ def _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_even
 
     is_dmol = family == "image" and model.is_dmol
     output_name = {"graph": "encodings"}.get(family, "dmol_params" if is_dmol else "logits")
+    if family == "graph" and not isinstance(model, GraphTransformer):
+        output_name = None  # heads over the encoder: their own output names
     endpoints = [_forward_endpoint(model, output_name)]
     if family == "graph":
         if tokenizer is not None:
             raise ValueError("`tokenizer` is for translation models only. Received a graph model")
+        if note_event_ids is not None:
+            raise ValueError("`note_event_ids` is for music models only. Received a graph model")
         return endpoints, []
     if family == "image":
         return endpoints + image_signatures.image_endpoints(model), []
@@ -169,6 +196,8 @@ def _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_even
 
 
 def _forward_endpoint(model, output_name):
+    """`serving_default`: the forward pass -> `{output_name: outputs}`, or
+    with `output_name=None` the model's own dict of named outputs."""
     import tensorflow as tf
 
     specs = [tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype, name=t.name) for t in model.inputs]
@@ -176,6 +205,8 @@ def _forward_endpoint(model, output_name):
 
     def forward(inputs):
         outputs = model(inputs if isinstance(model.input, dict) else inputs[names[0]], training=False)
+        if output_name is None:
+            return {name: tf.cast(output, "float32") for name, output in outputs.items()}
         return {output_name: tf.cast(outputs, "float32")}
 
     return "serving_default", forward, [dict(zip(names, specs))]
