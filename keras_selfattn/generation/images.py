@@ -32,8 +32,9 @@ def sample_images(
 
     Steps follow the model's generation order: raster order over sub-pixels
     (categorical head) or pixels (DMOL head), block-raster order for
-    `local_2d` attention. With `known_pixels`, the top `known_rows` rows are
-    fed to the model unchanged and the rest is sampled (image completion).
+    `local_2d` and `relative_local_2d` attention. With `known_pixels`, the
+    top `known_rows` rows are fed to the model unchanged and the rest is
+    sampled (image completion).
     Runs eagerly, under `tf.function` (one trace per input shapes and
     settings), with `jit_compile=True`, and under `jax.jit`.
 

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_selfattn.layers.sinusoidal_position_encoding_nd import SinusoidalPositionEncodingND
@@ -22,7 +23,9 @@ from keras_selfattn.models.config import check_choice
 from keras_selfattn.models.decoding import numbered_layers
 from keras_selfattn.ops.blocking_2d import block_raster_to_raster, raster_to_block_raster
 
-ATTENTIONS = ("local_1d", "local_2d", "global")
+ATTENTIONS = ("local_1d", "local_2d", "global", "relative_local_2d")
+# Attentions over the 2D position grid, in block-raster order.
+GRID_ATTENTIONS = ("local_2d", "relative_local_2d")
 HEADS = ("categorical", "dmol")
 NUM_VALUES = 256
 # Differences of two values, -255..255, coded as 0..510.
@@ -43,7 +46,7 @@ def check_image_config(image_shape, config):
         raise ValueError(
             f"`head='dmol'` models RGB pixels: `image_shape` needs 3 channels. Received: {image_shape}"
         )
-    if config["attention"] == "local_2d":
+    if is_grid_attention(config["attention"]):
         grid = position_grid(image_shape, config["head"])
         query_height, query_width = config["query_shape"]
         if grid[0] % query_height or grid[1] % query_width:
@@ -56,6 +59,12 @@ def check_image_config(image_shape, config):
             raise ValueError(
                 f"`memory_flange` {tuple(config['memory_flange'])} exceeds the position grid {grid}."
             )
+
+
+def is_grid_attention(attention):
+    """Whether `attention` runs over the 2D position grid in block-raster
+    order (`local_2d`, `relative_local_2d`) rather than over raster order."""
+    return attention in GRID_ATTENTIONS
 
 
 def position_grid(image_shape, head):
@@ -111,7 +120,7 @@ def values_from_differences(logits, estimates):
 
 def to_attention_layout(grid, attention):
     """Grid for 2D attention, raster-order sequence otherwise."""
-    if attention == "local_2d":
+    if is_grid_attention(attention):
         return grid
     return ops.reshape(grid, (-1, grid.shape[1] * grid.shape[2], grid.shape[3]))
 
@@ -119,7 +128,7 @@ def to_attention_layout(grid, attention):
 def shift_right(x, attention, query_shape):
     """Each position gets the previous position's input in generation order
     (block-raster order for 2D attention, raster order otherwise)."""
-    if attention != "local_2d":
+    if not is_grid_attention(attention):
         return _shift_sequence(x)
     grid_shape = (x.shape[1], x.shape[2])
     sequence = ops.reshape(x, (-1, grid_shape[0] * grid_shape[1], x.shape[3]))
@@ -133,7 +142,7 @@ def _shift_sequence(sequence):
 
 
 def position_signal(attention, name):
-    if attention == "local_2d":
+    if is_grid_attention(attention):
         return SinusoidalPositionEncodingND(name=name)
     return SinusoidalPositionEncoding(name=name)
 
@@ -147,8 +156,9 @@ def decoder_attention(config, image_shape):
     )
     if config["attention"] == "local_1d":
         return LocalAttention1D(block_length=config["block_length"], **common)
-    if config["attention"] == "local_2d":
-        return LocalAttention2D(
+    if is_grid_attention(config["attention"]):
+        layer = LocalAttention2D if config["attention"] == "local_2d" else LocalRelativeAttention2D
+        return layer(
             query_shape=tuple(config["query_shape"]),
             memory_flange=tuple(config["memory_flange"]),
             grid_shape=position_grid(image_shape, config["head"]),

@@ -1,7 +1,8 @@
 """One cached step of the image models' decoders, in generation order.
 
 Generation order is raster order over the position grid (sub-pixels for the
-categorical head, pixels for DMOL), or block-raster order for `local_2d`.
+categorical head, pixels for DMOL), or block-raster order for `local_2d` and
+`relative_local_2d`.
 Step `t` feeds the value at step `t - 1` (nothing at step 0), exactly as the
 models' shifted forward pass does, so a loop of steps equals that pass.
 """
@@ -15,6 +16,7 @@ from keras_selfattn.models.decoding import initial_caches, numbered_layers
 from keras_selfattn.models.image_common import (
     coded_values,
     differences_from,
+    is_grid_attention,
     position_grid,
     values_from_differences,
 )
@@ -24,7 +26,7 @@ from keras_selfattn.ops.timing import timing_signal_nd
 
 def generation_order(image_shape, config):
     """`[positions, 2]` int32 `(row, column)` grid coordinates in generation order."""
-    query_shape = tuple(config["query_shape"]) if config["attention"] == "local_2d" else None
+    query_shape = tuple(config["query_shape"]) if is_grid_attention(config["attention"]) else None
     return _generation_order(tuple(image_shape), config["head"], query_shape).copy()
 
 
@@ -91,7 +93,7 @@ def image_decoder_step(
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
     x = x + _position_signal(layers, config, image_shape, step, raster_index, x.dtype)
-    x = x[:, None, None, :] if config["attention"] == "local_2d" else x[:, None, :]
+    x = x[:, None, None, :] if is_grid_attention(config["attention"]) else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     new_caches = []
     for index, block in enumerate(numbered_layers(layers, "decoder_block_")):
@@ -119,7 +121,7 @@ def _previous_embedding(layers, config, image_shape, previous, order, step):
 
 def _position_signal(layers, config, image_shape, step, raster_index, dtype):
     position = layers["target_position"]
-    if config["attention"] != "local_2d":
+    if not is_grid_attention(config["attention"]):
         signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), cache_update_index=step)
         return signal[:, 0]
     grid_shape = position_grid(image_shape, config["head"])

@@ -15,6 +15,7 @@ import keras
 
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.family_model import FamilyModel
 from keras_selfattn.models.image_common import NUM_DIFFERENCES, coded_values, decoder_inputs
@@ -73,8 +74,8 @@ class ImageTransformer(FamilyModel):
     @functools.cached_property
     def decoder_config(self):
         """What the cached steps read: `attention` (`"local_1d"`,
-        `"local_2d"`, `"global"`), `head` (`"categorical"`, `"dmol"`),
-        `hidden_dim`, `query_shape`."""
+        `"local_2d"`, `"relative_local_2d"`, `"global"`), `head`
+        (`"categorical"`, `"dmol"`), `hidden_dim`, `query_shape`."""
         return _image_decoder_config(self._named_layers)
 
     @property
@@ -183,7 +184,8 @@ def _image_decoder_config(layers):
     attention = layers["decoder_block_0"].self_attention
     config = {"query_shape": None}
     if isinstance(attention, LocalAttention2D):
-        config.update(attention="local_2d", query_shape=tuple(attention.query_shape))
+        kind = "relative_local_2d" if isinstance(attention, LocalRelativeAttention2D) else "local_2d"
+        config.update(attention=kind, query_shape=tuple(attention.query_shape))
     elif isinstance(attention, LocalAttention1D):
         config["attention"] = "local_1d"
     else:

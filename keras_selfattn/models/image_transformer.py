@@ -39,7 +39,8 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
     Input `pixels` `[batch, H, W, C]` int32 values 0..255 (plus
     `class_label` `[batch]` when `num_classes` is set). Each position sees only
     the positions before it in generation order: raster order over sub-pixels
-    (`local_1d`, `global`) or block-raster order (`local_2d`). Output: float32
+    (`local_1d`, `global`) or block-raster order (`local_2d`,
+    `relative_local_2d`). Output: float32
     logits `[batch, H, W, C, 256]` (`head="categorical"`) or the
     discretized-mixture parameters `[batch, H, W, 10 * num_mixtures]`
     (`head="dmol"`).
@@ -50,8 +51,11 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
         num_classes: number of classes for class-conditional generation, or
             `None` for unconditional.
         **overrides: hyperparameters replacing the preset's: `attention`
-            (`"local_1d"`, `"local_2d"`, `"global"`), `head` (`"categorical"`,
-            `"dmol"`), `num_layers`, `hidden_dim`, `num_heads`,
+            (`"local_1d"`, `"local_2d"`, `"global"`, `"relative_local_2d"`:
+            `local_2d` with the 2D relative logits of
+            `LocalRelativeAttention2D`, its tables holding every offset of a
+            block's memory; the absolute position signal stays), `head`
+            (`"categorical"`, `"dmol"`), `num_layers`, `hidden_dim`, `num_heads`,
             `feedforward_dim`, `dropout`, `block_length`, `query_shape`,
             `memory_flange`, `num_mixtures`.
 

@@ -30,7 +30,7 @@ def _generation_order(attention, head):
         grid = [(r, c, None) for r in range(height) for c in range(width)]
         return grid
     positions = [(r, c // channels, c % channels) for r in range(height) for c in range(width * channels)]
-    if attention == "local_2d":
+    if attention in ("local_2d", "relative_local_2d"):
         positions.sort(
             key=lambda p: int(block_raster_index(p[0], p[1] * channels + p[2], width * channels, TINY["query_shape"]))
         )
@@ -47,12 +47,12 @@ def _pixels():
 
 
 @pytest.mark.parametrize("head", ["categorical", "dmol"])
-@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global", "relative_local_2d"])
 def test_each_output_sees_only_earlier_positions(attention, head):
     overrides = dict(TINY, query_shape=(2, 2)) if head == "dmol" else TINY
     model = image_transformer(SHAPE, attention=attention, head=head, **overrides)
     order = _generation_order(attention, head)
-    if head == "dmol" and attention == "local_2d":
+    if head == "dmol" and attention in ("local_2d", "relative_local_2d"):
         order.sort(key=lambda p: int(block_raster_index(p[0], p[1], SHAPE[1], (2, 2))))
     pixels = _pixels()
     before = np.asarray(model(pixels))
@@ -70,7 +70,7 @@ def test_each_output_sees_only_earlier_positions(attention, head):
 
 
 @pytest.mark.parametrize("head", ["categorical", "dmol"])
-@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global", "relative_local_2d"])
 def test_cached_steps_in_generation_order_equal_the_forward_pass(attention, head):
     overrides = dict(TINY, attention=attention, head=head)
     del overrides["preset"]
@@ -108,6 +108,29 @@ def test_local_attention_covering_the_image_equals_global():
     dense.set_weights(local.get_weights())
     pixels = _pixels()
     np.testing.assert_allclose(local(pixels), dense(pixels), atol=1e-5)
+
+
+def test_relative_local_2d_is_local_2d_with_relative_tables():
+    relative = image_transformer(SHAPE, attention="relative_local_2d", **TINY)
+    plain = image_transformer(SHAPE, attention="local_2d", **TINY)
+    assert relative.decoder_config["attention"] == "relative_local_2d"
+    assert relative.decoder_config["query_shape"] == TINY["query_shape"]
+    blocks = [layer for layer in relative.layers if layer.name.startswith("decoder_block_")]
+    tables = []
+    for block in blocks:
+        attention = block.self_attention
+        assert type(attention).__name__ == "LocalRelativeAttention2D"
+        # Every offset of the memory: query (2, 6) with flange (1, 3).
+        assert attention.max_relative_position == (2, 8)
+        tables += [attention.relative_height_embeddings, attention.relative_width_embeddings]
+    assert relative.count_params() - plain.count_params() == sum(int(np.prod(t.shape)) for t in tables)
+    # With its relative tables at zero it is the local_2d model.
+    for table in tables:
+        table.assign(np.zeros(table.shape, "float32"))
+    table_ids = {id(table) for table in tables}
+    plain.set_weights([keras.ops.convert_to_numpy(w) for w in relative.weights if id(w) not in table_ids])
+    pixels = _pixels()
+    np.testing.assert_allclose(relative(pixels), plain(pixels), atol=1e-5)
 
 
 def test_class_condition_changes_the_outputs():
@@ -312,7 +335,7 @@ def test_pixel_dropout_hides_previous_pixels_in_training_only():
             image_super_resolution((2, 2, 3), SHAPE, **TINY, pixel_dropout=rate)
 
 
-@pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "relative_local_2d"])
 def test_save_and_load_without_custom_objects(attention, tmp_path):
     model = image_transformer(SHAPE, attention=attention, num_classes=3, **TINY)
     inputs = {"pixels": _pixels(), "class_label": np.array([1, 2])}
@@ -331,7 +354,7 @@ def test_cifar10_preset_follows_the_paper():
 
 class TestBadInput:
     def test_unknown_attention_and_head(self):
-        with pytest.raises(ValueError, match="valid values: \\['local_1d', 'local_2d', 'global'\\]"):
+        with pytest.raises(ValueError, match="valid values: \\['local_1d', 'local_2d', 'global', 'relative_local_2d'\\]"):
             image_transformer(SHAPE, preset="tiny", attention="dilated")
         with pytest.raises(ValueError, match="valid values: \\['categorical', 'dmol'\\]"):
             image_transformer(SHAPE, preset="tiny", head="gaussian")
@@ -354,7 +377,7 @@ class TestBadInput:
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="SavedModel export needs TF")
-@pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
+@pytest.mark.parametrize("attention", ["local_1d", "local_2d", "relative_local_2d"])
 def test_exported_saved_model_serves_the_model_outputs(attention, tmp_path):
     import tensorflow as tf
 
