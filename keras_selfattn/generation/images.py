@@ -5,8 +5,10 @@ from keras import ops
 
 from keras_selfattn.generation.execution import graph_when_eager
 from keras_selfattn.generation.sampling import (
+    check_decoding,
     check_sampling_arguments,
     choose_pixels,
+    choose_posterior_means,
     choose_tokens,
     resolve_seed,
 )
@@ -27,6 +29,7 @@ def sample_images(
     top_k=0,
     top_p=1.0,
     seed=None,
+    decoding="sample",
 ):
     """Samples images from an Image Transformer, one position per cached step.
 
@@ -59,6 +62,13 @@ def sample_images(
             probability `top_p`; 1.0 = all.
         seed: an int or int32 scalar tensor; the same seed on the same
             backend gives the same images. `None` draws one.
+        decoding: `"sample"` draws each step's value with the settings
+            above; `"posterior_mean"` feeds back the rounded expected value
+            of the model's distribution instead (categorical head: the sum
+            of `p(v) v` over the 256 values; DMOL: the discretized
+            mixture's mean, channel by channel, see
+            `ops.dmol_posterior_mean`), which is deterministic and leaves
+            `temperature`, `top_k` and `top_p` at their defaults.
 
     Returns:
         uint8 `[batch, H, W, C]` images.
@@ -66,8 +76,8 @@ def sample_images(
     Raises:
         ValueError: for a model these functions do not support, missing or
             unexpected class labels or low-resolution images, inputs of the
-            wrong shape, `known_rows` outside the image, or sampling settings
-            out of range.
+            wrong shape, `known_rows` outside the image, sampling settings
+            out of range, or an unknown `decoding`.
 
     Example:
 
@@ -78,6 +88,7 @@ def sample_images(
     """
     image = ImageTransformer.from_model(model)
     check_sampling_arguments(temperature, top_k, top_p)
+    check_decoding(decoding, temperature, top_k, top_p)
     if image.is_dmol and (top_k != 0 or top_p != 1.0):
         raise ValueError(
             "`top_k` and `top_p` filter a categorical head; this model has a DMOL head: "
@@ -87,6 +98,8 @@ def sample_images(
     seed = resolve_seed(seed)
 
     def choose(outputs, index):
+        if decoding == "posterior_mean":
+            return choose_posterior_means(outputs, image.is_dmol)
         if image.is_dmol:
             return choose_pixels(outputs, seed, index, temperature)
         return choose_tokens(outputs, seed, index, temperature, top_k, top_p)

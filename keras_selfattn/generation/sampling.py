@@ -13,11 +13,34 @@ from keras import ops
 
 from keras_selfattn.ops.dmol import (
     LOG_SCALE_MIN,
+    dmol_posterior_mean,
     pixels_to_symmetric,
     sample_dmol,
     split_dmol_params,
     symmetric_to_pixels,
 )
+
+
+# How a step's value is chosen from the model's distribution: drawn (at a
+# temperature, 0 taking the most likely value), or its expected value rounded.
+DECODINGS = ("sample", "posterior_mean")
+
+
+def check_decoding(decoding, temperature, top_k, top_p):
+    """Raises ValueError for an unknown `decoding`, or for sampling settings
+    given with `"posterior_mean"` (which reads the model's own distribution:
+    temperature 1, nothing filtered)."""
+    if not isinstance(decoding, str) or decoding not in DECODINGS:
+        raise ValueError(
+            f"`decoding` must be one of {', '.join(map(repr, DECODINGS))}. "
+            f"Received: decoding={decoding!r}"
+        )
+    if decoding == "posterior_mean" and (temperature != 1.0 or top_k != 0 or top_p != 1.0):
+        raise ValueError(
+            "`decoding='posterior_mean'` takes the mean of the model's own distribution: leave "
+            "temperature=1.0, top_k=0 and top_p=1.0. Received: "
+            f"temperature={temperature!r}, top_k={top_k!r}, top_p={top_p!r}"
+        )
 
 
 def check_sampling_arguments(temperature, top_k, top_p):
@@ -139,6 +162,20 @@ def choose_tokens(logits, seed, step, temperature, top_k, top_p):
     filtered = filter_logits(logits, temperature, top_k, top_p)
     draw = keras.random.categorical(filtered, 1, dtype="int32", seed=_StepSeed(seed, step))
     return draw[:, 0]
+
+
+def posterior_mean_tokens(logits):
+    """int32 `[batch]`: each row's expected value under `softmax(logits)`
+    over the values `0 .. vocab - 1`, rounded (half to even)."""
+    probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    values = ops.arange(logits.shape[-1], dtype="float32")
+    return ops.cast(ops.round(ops.sum(probabilities * values, axis=-1)), "int32")
+
+
+def choose_posterior_means(outputs, is_dmol):
+    """int32 rounded expected values: `[batch]` sub-pixels from logits, or
+    `[batch, 3]` pixels from DMOL parameters (`ops.dmol_posterior_mean`)."""
+    return dmol_posterior_mean(outputs) if is_dmol else posterior_mean_tokens(outputs)
 
 
 def choose_tokens_by_row(logits, seeds, step, temperature, top_k, top_p):

@@ -33,6 +33,7 @@ from keras_selfattn.ops.dmol import (
     DmolParams,
     dmol_negative_log_likelihood,
     dmol_num_params,
+    dmol_posterior_mean,
     pixels_to_symmetric,
     sample_dmol,
     split_dmol_params,

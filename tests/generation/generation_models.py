@@ -1,6 +1,6 @@
 """Tiny models of every family and plain uncached references for the
 generation tests: each reference re-runs the full forward pass and takes the
-argmax, position by position."""
+argmax (or, for images, the rounded posterior mean), position by position."""
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def generation_order(attention, head):
     height, width, channels = IMAGE_SHAPE
     columns = width * channels if head == "categorical" else width
     grid = [(row, column) for row in range(height) for column in range(columns)]
-    if attention == "local_2d":
+    if attention in ("local_2d", "relative_local_2d"):
         block_rows, block_columns = image_query_shape(head)
         grid.sort(
             key=lambda p: (p[0] // block_rows, p[1] // block_columns, p[0] % block_rows, p[1] % block_columns)
@@ -134,8 +134,63 @@ def dmol_mode(params):
     return [red, green, blue]
 
 
+def categorical_mean(logits):
+    """The rounded expected value of `softmax(logits)` over 0..255 (float64)."""
+    logits = np.asarray(logits, "float64")
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    return int(np.round(probabilities @ np.arange(len(logits))))
+
+
+def dmol_mean(params):
+    """The rounded expected pixel of a DMOL, channel by channel, each later
+    channel's mixture conditioned on the rounded earlier ones: plain
+    differences of logistic CDFs over the 256 bins (float64)."""
+    k = len(params) // 10
+    logits, locs, log_scales, coeffs = np.split(np.asarray(params, "float64"), [k, 4 * k, 7 * k])
+    locs, coeffs = locs.reshape(k, 3), np.tanh(coeffs.reshape(k, 3))
+    scales = np.exp(np.maximum(log_scales.reshape(k, 3), -7.0))
+    weights = np.exp(logits - logits.max())
+    centres = np.arange(256) / 127.5 - 1.0
+    upper = np.where(np.arange(256) == 255, np.inf, centres + 1 / 255)
+    lower = np.where(np.arange(256) == 0, -np.inf, centres - 1 / 255)
+    pixel = []
+    for channel in range(3):
+        earlier = [value / 127.5 - 1.0 for value in pixel]
+        masses = []
+        for j in range(k):
+            mean = locs[j, channel]
+            if channel == 1:
+                mean += coeffs[j, 0] * earlier[0]
+            if channel == 2:
+                mean += coeffs[j, 1] * earlier[0] + coeffs[j, 2] * earlier[1]
+            # The logistic CDF as 0.5 (1 + tanh(x / 2)): no overflow, exact at +-inf.
+            cdf = [0.5 * (1.0 + np.tanh((edge - mean) / scales[j, channel] / 2)) for edge in (upper, lower)]
+            masses.append(cdf[0] - cdf[1])
+        masses = np.array(masses)  # [k, 256]
+        probabilities = weights @ masses
+        pixel.append(int(np.round(probabilities @ np.arange(256) / probabilities.sum())))
+        weights = weights * masses[:, pixel[-1]]
+    return pixel
+
+
 def greedy_image(model, attention, head, batch, extra_inputs=None, known_pixels=None, known_rows=0):
     """Fills the image position by position with the uncached forward pass."""
+    return uncached_image(model, attention, head, batch, extra_inputs, known_pixels, known_rows)
+
+
+def posterior_mean_image(model, attention, head, batch, extra_inputs=None):
+    """Fills the image position by position with the uncached forward pass,
+    feeding back each position's rounded posterior mean."""
+    return uncached_image(model, attention, head, batch, extra_inputs, posterior_mean=True)
+
+
+def uncached_image(
+    model, attention, head, batch, extra_inputs=None, known_pixels=None, known_rows=0, posterior_mean=False
+):
+    """Fills the image position by position with the uncached forward pass:
+    the argmax (DMOL: the most likely component's means), or the rounded
+    posterior mean."""
     channels = IMAGE_SHAPE[-1]
     canvas = np.zeros((batch,) + IMAGE_SHAPE, "int32")
     if known_pixels is not None:
@@ -146,8 +201,10 @@ def greedy_image(model, attention, head, batch, extra_inputs=None, known_pixels=
         outputs = model.predict_on_batch({"pixels": canvas, **(extra_inputs or {})})
         for b in range(batch):
             if head == "dmol":
-                canvas[b, row, column] = dmol_mode(outputs[b, row, column])
+                choose = dmol_mean if posterior_mean else dmol_mode
+                canvas[b, row, column] = choose(outputs[b, row, column])
             else:
                 pixel, channel = column // channels, column % channels
-                canvas[b, row, pixel, channel] = outputs[b, row, pixel, channel].argmax()
+                choose = categorical_mean if posterior_mean else np.argmax
+                canvas[b, row, pixel, channel] = choose(outputs[b, row, pixel, channel])
     return canvas

@@ -11,6 +11,7 @@ from keras_selfattn.ops.dmol import (
     DmolParams,
     dmol_negative_log_likelihood,
     dmol_num_params,
+    dmol_posterior_mean,
     sample_dmol,
     split_dmol_params,
 )
@@ -297,3 +298,17 @@ def test_sample_frequencies_match_the_dmol_probabilities():
         assert probability > 0.02
         frequency = np.mean(samples[:, 0] == value)
         assert abs(frequency - probability) < 4 * math.sqrt(probability / num_samples)
+
+
+def test_posterior_mean_is_the_conditional_mean_of_each_channel():
+    from tests.generation.generation_models import dmol_mean
+
+    rng = np.random.default_rng(3)
+    params = rng.normal(0, 1, (6, 4, 30)).astype("float32")
+    params[..., 3:12] *= 1.5  # some locations past the edges, whose bins hold the tails
+    params[..., 12:21] -= rng.uniform(0, 4, (6, 4, 9))  # narrow and wide components
+    means = ops.convert_to_numpy(dmol_posterior_mean(params))
+    assert means.shape == (6, 4, 3) and means.dtype == np.int32
+    expected = [[dmol_mean(p) for p in row] for row in params]
+    np.testing.assert_array_equal(means, expected)
+    assert means.min() >= 0 and means.max() <= 255
