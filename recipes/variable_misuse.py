@@ -12,13 +12,12 @@ over its tokens: next token, syntax parent/child and sibling, last use, last
 write and computed-from edges, each with its reverse.
 
 The model: `keras_selfattn.models.graph_transformer` (token embeddings,
-pre-norm encoder blocks of relational attention, a final norm; `--preset`
-sets its size, the size flags override it) and two pointer heads over its
-node encodings: the bug (position 0 is the no-bug slot) and the repair (any
-position holding the right variable). The relation of a pair is its edge
-type where it has one, else its distance clipped to `--max_distance`;
-`--edges none` gives the same model distance relations only (a
-relative-position Transformer).
+`--num_layers` pre-norm encoder blocks of relational attention, a final
+norm) and two pointer heads over its node encodings: the bug (position 0 is
+the no-bug slot) and the repair (any position holding the right variable).
+The relation of a pair is its edge type where it has one, else its
+distance clipped to `--max_distance`; `--edges none` gives the same model
+distance relations only (a relative-position Transformer).
 
 The run prints and writes to `--model_dir`: held-out classification
 accuracy (bug or no bug), localisation accuracy and repair accuracy (on the
@@ -26,11 +25,15 @@ buggy functions), each next to a majority baseline, in `report.json` with
 the data counts (files, skipped files by name, functions, duplicates, edge
 types); `attention.png` (the last block's attention over one held-out
 buggy function, tokens on the axes); the trained `.keras` model,
-checkpoints and TensorBoard logs.
+checkpoints and TensorBoard logs. With `--export_dir`, a SavedModel for
+TensorFlow Serving whose serving_default takes `token_ids` int32 `[B, N]`
+and `relations` int32 `[B, N, N]` (relation ids as the recipe makes them)
+and gives the `bug` and `repair` logits float32 `[B, N]`.
 
     python recipes/variable_misuse.py --model_dir runs/varmisuse --edges all
     python recipes/variable_misuse.py --model_dir runs/varmisuse_none --edges none
     python recipes/variable_misuse.py --model_dir runs/mine --source_dir ~/src/project
+    python recipes/variable_misuse.py --model_dir runs/varmisuse --export_dir exports
 """
 
 import collections
@@ -41,7 +44,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import plots  # noqa: E402
-from keras_selfattn.models import GRAPH_PRESETS, graph_transformer  # noqa: E402
+from keras_selfattn.models import graph_transformer  # noqa: E402
 
 NAME = "variable_misuse"
 EDGE_CHOICES = ("all", "none")
@@ -99,44 +102,19 @@ def build_parser():
         "--max_distance", type=harness.positive_int, default=8,
         help="token distances are clipped to [-max_distance, max_distance]",
     )
+    model.add_argument("--num_layers", type=harness.positive_int, default=4, help="encoder blocks")
+    model.add_argument("--hidden_dim", type=harness.positive_int, default=64, help="model width")
+    model.add_argument("--num_heads", type=harness.positive_int, default=4, help="attention heads")
     model.add_argument(
-        "--preset",
-        default="small",
-        choices=sorted(GRAPH_PRESETS),
-        help="encoder size (keras_selfattn.models.GRAPH_PRESETS): tiny (2 layers, width 32), "
-        "small (4 layers, width 128, 4 heads, feed-forward 512; the default) or base "
-        "(Transformer-base: 6 layers, width 512, 8 heads, feed-forward 2048)",
+        "--feedforward_dim", type=harness.positive_int, default=128, help="feed-forward hidden width"
     )
-    model.add_argument(
-        "--num_layers", type=harness.positive_int, default=None, help="encoder blocks (default: the preset's)"
-    )
-    model.add_argument(
-        "--hidden_dim", type=harness.positive_int, default=None, help="model width (default: the preset's)"
-    )
-    model.add_argument(
-        "--num_heads", type=harness.positive_int, default=None, help="attention heads (default: the preset's)"
-    )
-    model.add_argument(
-        "--feedforward_dim",
-        type=harness.positive_int,
-        default=None,
-        help="feed-forward hidden width (default: the preset's)",
-    )
-    model.add_argument("--dropout", type=harness.rate, default=None, help="dropout rate (default: the preset's)")
+    model.add_argument("--dropout", type=harness.rate, default=0.1, help="dropout rate")
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=200, batch_size=32, learning_rate=1e-3)
     return parser
 
 
-SIZE_FLAGS = ("num_layers", "hidden_dim", "num_heads", "feedforward_dim", "dropout")
-
-
 def parse_args(argv=None):
-    """The flags, the size flags left unset filled in from `--preset`."""
     args = build_parser().parse_args(argv)
-    preset = GRAPH_PRESETS[args.preset]
-    for name in SIZE_FLAGS:
-        if getattr(args, name) is None:
-            setattr(args, name, preset[name])
     if args.hidden_dim % args.num_heads:
         raise harness.UsageError(
             f"--hidden_dim ({args.hidden_dim}) must be a multiple of --num_heads ({args.num_heads})"
@@ -242,8 +220,12 @@ def build_model(args, vocabulary_size, num_relations):
     `encoder`, a `GraphTransformer` (whose `attention_scores` the figure
     reads); inputs `token_ids` `[batch, nodes]` and `relations` `[batch,
     nodes, nodes]`, outputs the `bug` and `repair` logits `[batch, nodes]`."""
+    # Every size comes from the flags; relation embeddings on keys and
+    # values, shared by the heads, and no per-relation logit bias.
     encoder = graph_transformer(
-        vocabulary_size, num_relations, preset=args.preset, **{name: getattr(args, name) for name in SIZE_FLAGS}
+        vocabulary_size, num_relations, preset="small", num_layers=args.num_layers,
+        hidden_dim=args.hidden_dim, num_heads=args.num_heads, feedforward_dim=args.feedforward_dim,
+        dropout=args.dropout, add_relative_bias=False, heads_share_relative_embedding=True,
     )
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     relations = keras.Input((None, None), dtype="int32", name="relations")
@@ -349,8 +331,6 @@ def main(argv=None, callbacks=()):
     `callbacks` are extra Keras callbacks for `fit` (after the harness's own).
     """
     args = parse_args(argv)
-    if args.export_dir:
-        raise harness.UsageError("--export_dir: this recipe's model has no serving export yet")
     run = harness.start(args, recipe=NAME)
     from keras_selfattn.data import programs
 
@@ -361,7 +341,7 @@ def main(argv=None, callbacks=()):
         model, encoder = build_model(args, len(vocabulary), num_relations)
         compile_model(model, args)
     run.log(
-        f"{NAME} ({args.preset}, edges {args.edges}, {num_relations} relation ids): {model.count_params():,} parameters; "
+        f"{NAME} (edges {args.edges}, {num_relations} relation ids): {model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} functions"
     )
     validation_rows = np.arange(min(VALIDATION_EXAMPLES, len(held_out)))
@@ -375,6 +355,7 @@ def main(argv=None, callbacks=()):
         callbacks=callbacks,
     )
     run.save_model(model, NAME)
+    run.export(model, NAME)
     run.log(f"evaluating on {len(held_out)} held-out functions ...")
     scores = accuracies(arrays["held_out"], *predict_pointers(model, programs, arrays["held_out"], args))
     baseline = majority_baseline(arrays["train"], arrays["held_out"])
@@ -384,15 +365,12 @@ def main(argv=None, callbacks=()):
     report = {
         "model": {
             "name": NAME,
-            "preset": args.preset,
             "edges": args.edges,
             "max_distance": args.max_distance,
             "num_relations": num_relations,
             "num_layers": args.num_layers,
             "hidden_dim": args.hidden_dim,
             "num_heads": args.num_heads,
-            "feedforward_dim": args.feedforward_dim,
-            "dropout": args.dropout,
             "parameters": model.count_params(),
         },
         "data": {**counts, "vocabulary_size": len(vocabulary), "length": length},
