@@ -215,8 +215,10 @@ def test_super_resolution_depends_on_the_low_resolution_image(tmp_path):
     np.testing.assert_allclose(restored({"low_resolution": low, "pixels": high}), outputs, atol=1e-6)
 
 
-def test_super_resolution_cached_steps_equal_the_forward_pass():
+@pytest.mark.parametrize("attention", ["local_2d", "relative_local_2d"])
+def test_super_resolution_cached_steps_equal_the_forward_pass(attention):
     overrides = {key: value for key, value in TINY.items() if key != "preset"}
+    overrides["attention"] = attention
     config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, "tiny", overrides)
     model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, preset="tiny", **overrides))
     low, high = RNG.integers(0, 256, (2, 2, 2, 3)), _pixels()
