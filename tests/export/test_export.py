@@ -322,6 +322,19 @@ def test_dmol_and_super_resolution_signatures_equal_sample_images(export_base):
         np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
 
 
+def test_relative_local_2d_image_signatures_equal_sample_images(export_base):
+    model = image_model("relative_local_2d")
+    path = export_for_serving(model, export_base, name="relative_local_2d")
+    check_serving_contract(path)
+    loaded = tf.saved_model.load(path)
+    pixels = _call(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([1.0, 0.0], "float32"))["pixels"]
+    for row, (seed, temperature) in enumerate([(3, 1.0), (9, 0.0)]):
+        expected = sample_images(model, 1, temperature=temperature, seed=seed)
+        np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
+    logits = _call(loaded, "serving_default", pixels=pixels.astype("int32"))
+    np.testing.assert_allclose(list(logits.values())[0], model(pixels.astype("int32")), atol=1e-4)
+
+
 def test_contract_scan_follows_nested_functions(music):
     ops = check_serving_contract(music[2])
     assert {"serving_default", "generate"} == set(ops)
