@@ -239,6 +239,32 @@ def ssim(reference, images):
     return float(np.mean(ssim_per_image(reference, images)))
 
 
+def bootstrap_interval(values, confidence=0.95, samples=2000, seed=0):
+    """`(low, high)`: the percentile bootstrap interval of the mean of
+    `values` (one per item, e.g. per image), resampling items with
+    replacement `samples` times with a seeded generator.
+
+    Pass the paired differences of two methods on the same items for the
+    interval of their mean difference.
+
+    Example:
+
+    >>> low, high = bootstrap_interval([1.0, 2.0, 3.0, 4.0])
+    >>> bool(1.0 < low < 2.5 < high < 4.0)
+    True
+    """
+    values = np.asarray(values, "float64").reshape(-1)
+    if not len(values):
+        raise ValueError("`values` must hold at least one value. Received: an empty array")
+    if not 0 < confidence < 1:
+        raise ValueError(f"`confidence` must be in (0, 1). Received: confidence={confidence!r}")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (samples, len(values)))].mean(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def translation_scores(hypotheses, references, tokenize="13a"):
     """sacrebleu corpus BLEU and chrF of `hypotheses` against one reference
     each, with the metrics' signatures (what makes them comparable)."""

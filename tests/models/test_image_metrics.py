@@ -52,3 +52,19 @@ def test_metrics_reject_mismatched_shapes():
         image_metrics.psnr(np.zeros((1, 8, 8, 1)), np.zeros((1, 8, 8, 3)))
     with pytest.raises(ValueError, match="at least 7 x 7"):
         image_metrics.ssim(np.zeros((1, 4, 4, 1)), np.zeros((1, 4, 4, 1)))
+
+
+def test_bootstrap_interval_of_the_mean():
+    rng = np.random.default_rng(1)
+    values = rng.normal(30.0, 2.0, 400)
+    low, high = image_metrics.bootstrap_interval(values, seed=3)
+    # Near mean -+ 1.96 standard errors, seeded (the same twice).
+    standard_error = values.std() / math.sqrt(len(values))
+    assert low == pytest.approx(values.mean() - 1.96 * standard_error, abs=0.25 * standard_error)
+    assert high == pytest.approx(values.mean() + 1.96 * standard_error, abs=0.25 * standard_error)
+    assert image_metrics.bootstrap_interval(values, seed=3) == (low, high)
+    assert image_metrics.bootstrap_interval(np.full(5, 2.0)) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="`confidence` must be in"):
+        image_metrics.bootstrap_interval(values, confidence=95)
+    with pytest.raises(ValueError, match="`values` must hold at least one value"):
+        image_metrics.bootstrap_interval([])
