@@ -4,21 +4,30 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-# `keras_selfattn.data.images`: scikit-learn's digits offline, tensorflow-datasets otherwise.
-RECIPES = ["tensorflow-datasets", "scikit-learn", "scikit-image==0.26.*", "pillow", "matplotlib"]
 # `keras_selfattn.generation`'s beam search (`beam_size` > 1).
 BEAM = ["tf-models-official==2.20.*"]
+# The JAX backend (`KERAS_BACKEND=jax`).
 JAX = ["jax"]
-# `keras_selfattn.data.music` and the music recipe: performance encodings, MIDI in and out.
+# `keras_selfattn.data.music`: performance encodings, MIDI in and out (matplotlib for the
+# music recipe's plots).
 MUSIC = ["note-seq==0.0.5", "matplotlib"]
-# `keras_selfattn.data.text` and the translation recipe: SentencePiece, in-graph tokenization, BLEU.
-TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu"]
-# `keras_selfattn.export` and `serving/`: in-graph SentencePiece, PredictRequests and images
-# for the client.
-SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"]
-# The tests' TF Serving emulator (tests/serving/emulator) also needs gcc.
+# `keras_selfattn.data.text`: SentencePiece, in-graph tokenization, WMT14 through
+# tensorflow-datasets; BLEU (`keras_selfattn.models.metrics.translation_scores`).
+TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu", "tensorflow-datasets"]
+# `keras_selfattn.export` and `serving/`: in-graph SentencePiece, beam search for `translate`,
+# PredictRequests and images for the client (whose music command also needs MUSIC).
+SERVING = ["tensorflow-text==2.20.*", "tensorflow-serving-api==2.20.*", "sentencepiece", "pillow"] + BEAM
+# The recipes: `keras_selfattn.data.images` (scikit-learn's digits offline, tensorflow-datasets
+# otherwise), the image metrics, plots, and what the music and translation recipes and the
+# export need.
+RECIPES = (
+    ["tensorflow-datasets", "scikit-learn", "scikit-image==0.26.*", "pillow", "matplotlib"]
+    + BEAM + MUSIC + TEXT + SERVING
+)
+# The tests' TF Serving emulator (tests/serving/emulator) also needs gcc. `make test` runs the
+# tests on the JAX and PyTorch backends too.
 # The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
-TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + BEAM + MUSIC + TEXT + SERVING
+TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + RECIPES + JAX
 
 setup(
     name="keras-selfattn",
