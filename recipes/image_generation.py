@@ -13,9 +13,10 @@ images with the top half given and the rest sampled three times, the
 original beside them, as in the paper's figure; the images in
 `completions.npz`), `attention.png` (for `--attention_pixel` of a held-out
 image, each head's attention weights over the image in the last block; for
-local 2D its memory block outlined), the trained `.keras` model,
-`report.json`, checkpoints, TensorBoard logs, and with `--export_dir` a
-SavedModel for TF Serving with the `sample` and `complete` signatures.
+local 2D and relative local 2D its memory block outlined), the trained
+`.keras` model, `report.json`, checkpoints, TensorBoard logs, and with
+`--export_dir` a SavedModel for TF Serving with the `sample` and `complete`
+signatures.
 
     python recipes/image_generation.py --model_dir runs/digits --attention local_1d
     python recipes/image_generation.py --model_dir runs/digits_2d --attention local_2d --conditional
@@ -88,7 +89,8 @@ def build_parser():
         "--labels_from_folders); samples.png then has one row per class",
     )
     image_recipes.add_model_flags(
-        parser, PRESETS, default_preset="small", attentions=("local_1d", "local_2d", "global")
+        parser, PRESETS, default_preset="small",
+        attentions=("local_1d", "local_2d", "global", "relative_local_2d"),
     )
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=45, batch_size=32, learning_rate=2e-3)
     harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=1.0)

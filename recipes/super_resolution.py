@@ -92,7 +92,7 @@ def build_parser():
         help="celeb_a: read at most this many training images (and a fifth as many held out)",
     )
     model = image_recipes.add_model_flags(
-        parser, PRESETS, default_preset="small", attentions=("local_2d", "local_1d")
+        parser, PRESETS, default_preset="small", attentions=("local_2d", "local_1d", "relative_local_2d")
     )
     model.add_argument(
         "--pixel_dropout",

@@ -4,9 +4,10 @@ read from the model's own layers (the local layers return no scores).
 The query is the pixel's first sub-pixel; a key pixel's weight is the sum
 over its sub-pixels. What a query may see follows its layer: `global`
 attention every earlier sub-pixel in raster order, `local_1d` its block up
-to itself and the block before, `local_2d` its causal memory block (the
-flange rows above, the flange columns to the left, its own block up to
-itself in raster order).
+to itself and the block before, `local_2d` and `relative_local_2d` its
+causal memory block (the flange rows above, the flange columns to the left,
+its own block up to itself in raster order). A relative layer's logits
+include its terms for each key's row and column offset.
 """
 
 import numpy as np
@@ -66,10 +67,29 @@ def query_attention(attention, h, grid_shape, query):
     query_index = query[0] * grid_shape[1] + query[1]
     q = ops.convert_to_numpy(attention.query_dense(h))[0, query_index].astype("float64")  # [heads, dim]
     k = ops.convert_to_numpy(attention.key_dense(h))[0].astype("float64")  # [positions, heads, dim]
-    logits = np.einsum("hd,phd->hp", q, k) * float(attention.logit_scale)
+    logits = np.einsum("hd,phd->hp", q, k) + _relative_logits(attention, q, grid_shape, query)
+    logits = logits * float(attention.logit_scale)
     logits = np.where(visible[None], logits, -np.inf)
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     return weights / weights.sum(-1, keepdims=True), box
+
+
+def _relative_logits(attention, q, grid_shape, query):
+    """`[heads, positions]`: `q . r^H[dy] + q . r^W[dx]` of a 2D relative
+    layer for every position's clipped offset from the query, else 0."""
+    if getattr(attention, "relative_height_embeddings", None) is None:
+        return 0.0
+    rows, columns = np.meshgrid(np.arange(grid_shape[0]), np.arange(grid_shape[1]), indexing="ij")
+    logits = 0.0
+    for table, offsets, limit in zip(
+        (attention.relative_height_embeddings, attention.relative_width_embeddings),
+        (rows.reshape(-1) - query[0], columns.reshape(-1) - query[1]),
+        attention.max_relative_position,
+    ):
+        table = ops.convert_to_numpy(table).astype("float64")  # [(heads,) 2 k + 1, dim]
+        relations = np.take(table, np.clip(offsets, -limit, limit) + limit, axis=-2)
+        logits = logits + np.einsum("hd,hpd->hp" if table.ndim == 3 else "hd,pd->hp", q, relations)
+    return logits
 
 
 def attention_map(model, image, pixel, class_label=None, block_index=-1):

@@ -15,6 +15,8 @@ ATTENTION_HELP = {
     "local_2d": "local 2D: --query_shape blocks in block-raster order, each attending to a "
     "--memory_flange around it (above and to the left)",
     "global": "global: every earlier sub-pixel",
+    "relative_local_2d": "relative local 2D: local_2d plus learned logits for each key's row and "
+    "column offset from the query (2D relative attention, Bello et al. 2019)",
 }
 
 
@@ -56,7 +58,10 @@ temperature_list.__name__ = "temperatures"
 # ------------------------------------------------------------------ flags
 
 
-def add_image_dir_flags(group, *, labels):
+def add_image_dir_flags(group, *, labels, held_out_fraction=0.2, held_out_help=None):
+    """`--image_dir`, `--fit`, `--held_out_fraction` (default `held_out_fraction`,
+    help `held_out_help` for a recipe that holds out more than files) and with
+    `labels` `--labels_from_folders`."""
     group.add_argument(
         "--image_dir",
         default=None,
@@ -81,8 +86,8 @@ def add_image_dir_flags(group, *, labels):
     group.add_argument(
         "--held_out_fraction",
         type=_fraction,
-        default=0.2,
-        help="--image_dir: the fraction of files held out for evaluation (seeded by --seed)",
+        default=held_out_fraction,
+        help=held_out_help or "--image_dir: the fraction of files held out for evaluation (seeded by --seed)",
     )
 
 
@@ -125,16 +130,16 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
         "--query_shape",
         type=pair,
         default=None,
-        help="local_2d: query block HEIGHT,WIDTH in pixels (the width counts each pixel's "
-        "channels as positions; default: the --preset's query_shape if it names one, else 8,8, "
-        "capped at the image; the paper presets keep their own)",
+        help="local_2d, relative_local_2d: query block HEIGHT,WIDTH in pixels (the width counts "
+        "each pixel's channels as positions; default: the --preset's query_shape if it names one, "
+        "else 8,8, capped at the image; the paper presets keep their own)",
     )
     group.add_argument(
         "--memory_flange",
         type=non_negative_pair,
         default=None,
-        help="local_2d: memory flange HEIGHT,WIDTH in pixels around a query block (default: half "
-        "the query block; the paper presets keep their own)",
+        help="local_2d, relative_local_2d: memory flange HEIGHT,WIDTH in pixels around a query "
+        "block (default: half the query block; the paper presets keep their own)",
     )
     return group
 
@@ -153,7 +158,7 @@ def model_overrides(args, presets, image_shape):
     default_query = overrides.pop("query_pixels", (8, 8))
     height, width, channels = image_shape
     query, flange = args.query_shape, args.memory_flange
-    own_blocks = overrides["preset"] in ("celeba", "cifar10")
+    own_blocks = overrides["preset"] in ("celeba_paper", "celeba_refiner", "cifar10")
     if query is None and not own_blocks:
         query = (min(default_query[0], height), min(default_query[1], width))
     if flange is None and not own_blocks:

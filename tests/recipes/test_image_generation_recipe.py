@@ -151,7 +151,7 @@ def test_exported_sample_and_complete_signatures(folder_run):
 @pytest.mark.parametrize(
     "attention, overrides",
     [("local_2d", dict(query_shape=(2, 6), memory_flange=(1, 3))), ("local_1d", dict(block_length=8)),
-     ("global", {})],
+     ("global", {}), ("relative_local_2d", dict(query_shape=(2, 6), memory_flange=(1, 3)))],
 )
 def test_attention_weights_reproduce_the_layer_output(attention, overrides):
     model = image_generation.image_transformer(
@@ -161,7 +161,8 @@ def test_attention_weights_reproduce_the_layer_output(attention, overrides):
     _, block, h, grid_shape = image_attention.decoder_inputs(model, image)
     assert tuple(grid_shape) == (4, 12)
     layer = block.self_attention
-    layer_input = keras.ops.reshape(h, (1, 4, 12, -1)) if attention == "local_2d" else h
+    grid = attention in ("local_2d", "relative_local_2d")
+    layer_input = keras.ops.reshape(h, (1, 4, 12, -1)) if grid else h
     full = keras.ops.convert_to_numpy(layer(layer_input, use_causal_mask=True)).reshape(48, -1)
     values = keras.ops.convert_to_numpy(layer.value_dense(h))[0]  # [positions, heads, dim]
     for query in [(0, 0), (1, 7), (2, 5), (3, 11)]:
@@ -175,7 +176,7 @@ def test_attention_weights_reproduce_the_layer_output(attention, overrides):
     per_pixel, box = image_attention.attention_map(model, image, (2, 1))
     assert per_pixel.shape == (2, 4, 4)
     np.testing.assert_allclose(per_pixel.sum((1, 2)), 1.0, atol=1e-9)
-    assert (box is not None) == (attention == "local_2d")
+    assert (box is not None) == grid
 
 
 def test_digits_run_unconditional_local_1d(tmp_path):
@@ -185,6 +186,16 @@ def test_digits_run_unconditional_local_1d(tmp_path):
     assert report["data"] == {"source": "digits", "train_images": 1438, "held_out_images": 359}
     assert report["held_out_bits_per_dim"] < report["uniform_bits_per_dim"]
     assert report["sampling"] == {"temperature": 0.8, "top_k": 0, "top_p": 0.9}
+    assert (tmp_path / "samples.png").is_file() and (tmp_path / "attention.png").is_file()
+
+
+def test_digits_run_relative_local_2d(tmp_path):
+    argv = ["--model_dir", str(tmp_path), "--samples", "1", "--completions", "1", "--attention", "relative_local_2d",
+            "--query_shape", "2,4", "--memory_flange", "1,2", *TINY]
+    report, _ = _main(argv)
+    assert report["held_out_bits_per_dim"] < report["uniform_bits_per_dim"]
+    model = keras.models.load_model(tmp_path / "image_generation.keras")
+    assert model.decoder_config["attention"] == "relative_local_2d"
     assert (tmp_path / "samples.png").is_file() and (tmp_path / "attention.png").is_file()
 
 

@@ -169,6 +169,15 @@ def test_bad_flags_are_clear_errors(tmp_path):
             super_resolution.main(argv)
 
 
+def test_relative_local_2d_attention_flag_builds_its_decoder(tmp_path):
+    args = super_resolution.parse_args(
+        ["--model_dir", str(tmp_path), "--attention", "relative_local_2d", "--preset", "tiny"]
+    )
+    model = super_resolution.build_model(args, (4, 4, 1), (8, 8, 1))
+    assert model.decoder_config["attention"] == "relative_local_2d"
+    assert type(model.get_layer("decoder_block_0").self_attention).__name__ == "LocalRelativeAttention2D"
+
+
 def test_pixel_dropout_flag_takes_zero_and_rejects_one(tmp_path, capsys):
     args = super_resolution.parse_args(["--model_dir", str(tmp_path), "--pixel_dropout", "0"])
     assert args.pixel_dropout == 0.0
