@@ -26,7 +26,9 @@ RECIPES = (
 )
 # The tests' TF Serving emulator (tests/serving/emulator) also needs gcc. `make test` runs the
 # tests on the JAX and PyTorch backends too.
-# The torch run of `make test` needs only CPU torch; an unpinned torch brings a CUDA build of several GB.
+# torch==2.13.0 is the version the torch run of `make test` is tested with. On Linux, PyPI's wheel of
+# it is the CUDA build (several GB); for CPU-only torch, install it from PyTorch's CPU index first:
+# `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
 TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + RECIPES + JAX
 
 setup(
