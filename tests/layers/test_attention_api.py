@@ -20,6 +20,7 @@ from keras_selfattn.layers import (
     LocalAttention1D,
     LocalAttention2D,
     LocalRelativeAttention1D,
+    LocalRelativeAttention2D,
     MultiHeadAttention,
     RelativeMultiHeadAttention,
 )
@@ -233,8 +234,22 @@ class TestLocalAttention2D:
         np.testing.assert_allclose(cached_image_loop(layer, image), expected, atol=1e-5)
 
 
+class TestLocalRelativeAttention2D(TestLocalAttention2D):
+    def make(self):
+        return LocalRelativeAttention2D(
+            HEADS, KEY_DIM, query_shape=(2, 2), memory_flange=(1, 1), grid_shape=(4, 4)
+        )
+
+
 @pytest.mark.parametrize(
-    "base", [RelativeMultiHeadAttention, LocalRelativeAttention1D, LocalAttention1D, LocalAttention2D]
+    "base",
+    [
+        RelativeMultiHeadAttention,
+        LocalRelativeAttention1D,
+        LocalAttention1D,
+        LocalAttention2D,
+        LocalRelativeAttention2D,
+    ],
 )
 def test_a_compute_attention_override_is_refused_by_name(base):
     """Keras's hook is honoured by `MultiHeadAttention` (Keras's own suite
