@@ -134,8 +134,9 @@ class SuperResolutionTransformer(ImageTransformer):
 
     @property
     def upsampler(self):
-        """The frozen sub-model `low_resolution` -> the float estimate."""
-        return self._named_layers["upsampler"]
+        """The frozen sub-model `low_resolution` -> the float estimate, or
+        `None` for a model without upsampled inputs (Parmar et al.'s)."""
+        return self._named_layers.get("upsampler")
 
     def self_attention_inputs(self, pixels, class_labels=None, block=-1):
         raise ValueError(

@@ -24,13 +24,25 @@ from keras_selfattn.models.image_models import SuperResolutionTransformer
 INITIAL_PRIOR_WIDTH = 8.0
 
 SUPER_RESOLUTION_PRESETS = {
-    # CelebA 8x8 -> 32x32 of the paper: a global-attention encoder over the
-    # 192 low-resolution sub-pixels, a local 2D decoder over the 32 x 96 grid.
-    "celeba": dict(
+    # Parmar et al.'s model for CelebA 8x8 -> 32x32: a global-attention
+    # encoder over the 192 low-resolution sub-pixels, a local 2D decoder over
+    # the 32 x 96 grid that sees the low-resolution image only through its
+    # cross-attention. No upsampler, no interpolation prior, no difference
+    # coding.
+    "celeba_paper": dict(
         attention="local_2d", head="categorical", num_layers=12, num_encoder_layers=4,
         hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1, block_length=256,
         query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10, pixel_dropout=0.0,
-        upsampler_layers=4, upsampler_width=64,
+        upsampled_inputs=False, upsampler_layers=0, upsampler_width=64,
+    ),
+    # The paper's Transformer sizes, plus what this library adds: a fitted
+    # upsampler (bicubic and 4 convolutions) whose estimate the decoder
+    # reads and refines (difference coding, an interpolation prior).
+    "celeba_refiner": dict(
+        attention="local_2d", head="categorical", num_layers=12, num_encoder_layers=4,
+        hidden_dim=512, num_heads=8, feedforward_dim=2048, dropout=0.1, block_length=256,
+        query_shape=(8, 32), memory_flange=(8, 16), num_mixtures=10, pixel_dropout=0.0,
+        upsampled_inputs=True, upsampler_layers=4, upsampler_width=64,
     ),
     # A CPU-sized model (the super-resolution recipe's default): 3 + 2 layers
     # of width 64, an upsampler of 6 convolutions.
@@ -38,27 +50,30 @@ SUPER_RESOLUTION_PRESETS = {
         attention="local_2d", head="categorical", num_layers=3, num_encoder_layers=2,
         hidden_dim=64, num_heads=4, feedforward_dim=128, dropout=0.0, block_length=16,
         query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4, pixel_dropout=0.0,
-        upsampler_layers=6, upsampler_width=64,
+        upsampled_inputs=True, upsampler_layers=6, upsampler_width=64,
     ),
     "tiny": dict(
         attention="local_2d", head="categorical", num_layers=2, num_encoder_layers=1,
         hidden_dim=32, num_heads=2, feedforward_dim=64, dropout=0.0, block_length=16,
         query_shape=(4, 6), memory_flange=(2, 3), num_mixtures=4, pixel_dropout=0.0,
-        upsampler_layers=2, upsampler_width=8,
+        upsampled_inputs=True, upsampler_layers=2, upsampler_width=8,
     ),
 }
 
 
-def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
+def image_super_resolution(low_shape, high_shape, preset="celeba_paper", **overrides):
     """Builds the encoder-decoder super-resolution model as a Functional model.
 
     Inputs `{"low_resolution": [batch, h, w, C], "pixels": [batch, H, W, C]}`
     (int32 values 0..255); the decoder models the high-resolution `pixels`
     position by position (generation order of its attention), attending to
-    the encoded low-resolution image. The low-resolution image, upsampled
-    (bicubic) to the decoder's positions and rounded, enters again, so that
-    small models trained for minutes use it at all instead of having to
-    learn the alignment through the cross-attention:
+    the encoded low-resolution image. That is Parmar et al.'s model
+    (`upsampled_inputs=False`, the `celeba_paper` preset). With
+    `upsampled_inputs=True` (the other presets) the low-resolution image,
+    upsampled (bicubic plus a fitted convolutional correction) to the
+    decoder's positions and rounded, enters again, so that small models
+    trained for minutes use it at all instead of having to learn the
+    alignment through the cross-attention:
 
     - its embedding, and features of its neighbourhood (two convolutions,
       which see the estimates ahead of the position as well as behind
@@ -76,22 +91,25 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
 
     Outputs as `image_transformer`: logits over the 256 values. Generation
     reads the encoded image at the layer `encoder_norm`, and the upsampled
-    image at `upsampled_estimate` (rounded), `upsampled_condition` and
-    `interpolation_prior`.
+    image (when the model has it) at `upsampled_estimate` (rounded),
+    `upsampled_condition` and `interpolation_prior`.
 
     Args:
         low_shape: `(h, w, C)` of the input image.
         high_shape: `(H, W, C)` of the generated image.
-        preset: `"celeba"` (the paper's 8x8 -> 32x32), `"small"` or `"tiny"`.
+        preset: `"celeba_paper"` (Parmar et al.'s 8x8 -> 32x32 model),
+            `"celeba_refiner"` (its sizes with the upsampled inputs above),
+            `"small"` or `"tiny"`.
         **overrides: hyperparameters replacing the preset's, as for
             `image_transformer`, plus `num_encoder_layers` and
             `pixel_dropout`: the rate at which training hides whole
             positions' previous pixel from the decoder (the position keeps
             its upsampled estimate), so that generation, which feeds the
             model its own earlier outputs, leans on the input image rather
-            than only on copying its neighbours; `upsampler_layers`, the
-            upsampler's convolutions (0: bicubic alone), and
-            `upsampler_width`, their channels.
+            than only on copying its neighbours; `upsampled_inputs`, whether
+            the decoder reads the upsampled image as listed above;
+            `upsampler_layers`, the upsampler's convolutions (0: bicubic
+            alone), and `upsampler_width`, their channels.
 
     Returns:
         A `SuperResolutionTransformer`, whose methods give its cached step
@@ -113,6 +131,12 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
     low = keras.Input(low_shape, dtype="int32", name="low_resolution")
     pixels = keras.Input(high_shape, dtype="int32", name="pixels")
     encoded = _encode_low_resolution(low, low_shape, config)
+    if not config["upsampled_inputs"]:
+        layers = image_decoder_layers(high_shape, config, lambda: _attention(config))
+        outputs = decode_image(layers, pixels, config, high_shape, encoder_outputs=encoded)
+        return SuperResolutionTransformer(
+            {"low_resolution": low, "pixels": pixels}, outputs, name="image_super_resolution"
+        )
     upsampled = _upsampler(low_shape, high_shape, config)(low)
     estimates = keras.layers.Identity(name="upsampled_estimate")(
         keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, NUM_VALUES - 1), "int32")
@@ -135,6 +159,10 @@ def image_super_resolution(low_shape, high_shape, preset="celeba", **overrides):
 
 
 def _check_upsampler_config(config):
+    if not isinstance(config["upsampled_inputs"], bool):
+        raise ValueError(
+            f"`upsampled_inputs` must be True or False. Received: upsampled_inputs={config['upsampled_inputs']!r}"
+        )
     for name, minimum in (("upsampler_layers", 0), ("upsampler_width", 1)):
         value = config[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
