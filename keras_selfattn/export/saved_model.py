@@ -1,8 +1,8 @@
 """`export_for_serving`: a model and its generation as a TF Serving SavedModel."""
 
 import os
+import secrets
 import shutil
-import tempfile
 
 import keras
 
@@ -27,7 +27,8 @@ def export_for_serving(
     own settings), outputs are dense, nothing is marked for XLA and no op
     runs Python; `check_serving_contract` verifies this before the version
     appears. The version directory is written aside and renamed into place,
-    so a server watching `export_base/name` never loads half a model.
+    so a server watching `export_base/name` never loads half a model; its
+    permissions follow the process umask, as ordinary files' do.
 
     Signatures, by family:
 
@@ -106,7 +107,7 @@ def export_for_serving(
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)
     os.makedirs(model_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{version}-", dir=model_dir)
+    staging = _staging_folder(model_dir, version)
     try:
         _write([model, *resources], endpoints, staging)
         check_serving_contract(staging)
@@ -257,6 +258,20 @@ def _version(model_dir, version):
     if version in existing:
         raise ValueError(f"Version {version} exists already in {model_dir}; pass another `version`.")
     return version
+
+
+def _staging_folder(model_dir, version):
+    """A new empty folder `.{version}-<random hex>` in `model_dir`, made as
+    any folder is, with the process umask: the version it becomes is as
+    readable as the user's other files (TF Serving may run as another user),
+    not 0700 as a `tempfile.mkdtemp` folder."""
+    while True:
+        path = os.path.join(model_dir, f".{version}-{secrets.token_hex(8)}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
 
 
 def _entries(folder):
