@@ -69,8 +69,8 @@ def export_for_serving(
         model: a model built by `keras_selfattn.models`, or a Functional
             model of heads over a `graph_transformer` (see above).
         export_base: the folder TF Serving watches for all models.
-        name: the model's name in TF Serving (its folder under
-            `export_base`).
+        name: the model's name in TF Serving: one plain folder name (its
+            folder under `export_base`), not a path.
         version: a positive integer; `None` takes the next after the
             versions already there.
         tokenizer: translation only, and needed for `translate`: a
@@ -100,8 +100,7 @@ def export_for_serving(
             "`export_for_serving` writes a TensorFlow SavedModel: it needs the TensorFlow "
             f"backend. Received: the {keras.backend.backend()!r} backend"
         )
-    if not isinstance(name, str) or not name or os.sep in name:
-        raise ValueError(f"`name` must be a folder name for the model. Received: name={name!r}")
+    _check_name(name)
     family, model = _family(model)
     endpoints, resources = _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids)
     model_dir = os.path.join(os.fspath(export_base), name)
@@ -116,6 +115,17 @@ def export_for_serving(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path
+
+
+def _check_name(name):
+    """`name` must be one folder inside `export_base`: not a path, nor one
+    that leads out of it."""
+    separators = [separator for separator in (os.sep, os.altsep, "\0") if separator]
+    if not isinstance(name, str) or name in ("", ".", "..") or any(s in name for s in separators):
+        raise ValueError(
+            "`name` must be one plain folder name (not empty, '.' or '..', and without "
+            f"{' or '.join(map(repr, separators))}). Received: name={name!r}"
+        )
 
 
 def _family(model):

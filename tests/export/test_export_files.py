@@ -1,7 +1,9 @@
 """`export_for_serving`'s files: the version folder's permissions follow the
-process umask (a TF Serving user must be able to read it)."""
+process umask (a TF Serving user must be able to read it), and `name` is one
+folder inside `export_base`."""
 
 import os
+import re
 import stat
 
 import pytest
@@ -49,3 +51,21 @@ def test_a_version_keeps_what_umask_077_hides(model, tmp_path):
     for entry, mode in _modes(path).items():
         assert mode & 0o077 == 0, f"{entry}: {oct(mode)}"
         assert mode & 0o600 == 0o600, f"{entry}: {oct(mode)}"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../music", "/tmp/music", "music\0"])
+def test_a_name_that_is_not_one_plain_folder_is_refused_before_anything_is_written(model, tmp_path, name):
+    export_base = tmp_path / "exports"
+    with pytest.raises(ValueError, match="`name` must be one plain folder name"):
+        export_for_serving(model, export_base, name=name, max_length=8)
+    assert not os.listdir(tmp_path)
+
+
+def test_a_name_with_the_alternative_separator_is_refused(model, tmp_path, monkeypatch):
+    backslash = "\\"
+    monkeypatch.setattr(os, "altsep", backslash)  # as on Windows
+    expected = f"and without '/' or {backslash!r} or '\\x00'). Received: name={'a' + backslash + 'b'!r}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        export_for_serving(model, tmp_path, name=f"a{backslash}b", max_length=8)
+    monkeypatch.undo()
+    assert not os.listdir(tmp_path)
