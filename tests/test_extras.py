@@ -254,3 +254,15 @@ def test_what_a_requirement_brings_is_in_its_metadata(brought_by, brought):
     except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{brought_by} is not installed")
     assert brought <= provided(r for r in requires if "extra ==" not in r)
+
+
+def test_the_torch_pin_is_documented_as_the_tested_version_with_the_cpu_index(requirements):
+    """PyPI's Linux wheel of the pinned torch is the CUDA build: setup.py and
+    the README must say how to get the CPU build, not that the pin avoids CUDA."""
+    _, extras = requirements
+    (pin,) = [r for r in extras["test"] if distribution(r) == "torch"]
+    command = f"pip install {pin} --index-url https://download.pytorch.org/whl/cpu"
+    for file in ("setup.py", "README.md"):
+        text = " ".join((ROOT / file).read_text(encoding="utf-8").split())
+        assert command in text, f"{file} does not name the CPU index for {pin}"
+        assert not re.search(r"needs only CPU torch|avoids? the CUDA|(CPU|cpu) (build|wheel) of torch", text), file
