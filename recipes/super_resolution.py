@@ -2,22 +2,30 @@
 score held-out images against bicubic and nearest upsampling, export.
 
 Data: by default 32 x 32 patches cut from the photos bundled with
-scikit-image plus its `lfw_subset` faces, held out by source picture (no
-download); `--dataset celeb_a` reads CelebA from tensorflow-datasets
-(prepared in `--tfds_dir`), `--image_dir` any folder of PNG/JPEG files
-(held out by file). The low-resolution input is the high-resolution image
-averaged over `--scale x --scale` blocks.
+scikit-image plus its `lfw_subset` faces, `--held_out_fraction` of the
+photos and of the faces held out as whole pictures (no download);
+`--dataset celeb_a` reads CelebA from tensorflow-datasets (prepared in
+`--tfds_dir`), `--image_dir` any folder of PNG/JPEG files (held out by
+file). The low-resolution input is the high-resolution image averaged over
+`--scale x --scale` blocks. The held-out patches are split in two:
+`--validation_images` of them are the validation data of training (what
+settings are picked by), the others the test data that is scored.
 
-Training has two stages: first the model's upsampler (bicubic plus a
-convolutional correction, the estimate the decoder refines) is fitted by
-L1 regression for `--upsampler_epochs`, then frozen while the Image
-Transformer trains for `--epochs`.
+Training has two stages when the model has an upsampler (every preset but
+`celeba_paper`): first the upsampler (bicubic plus a convolutional
+correction, the estimate the decoder refines) is fitted by L1 regression
+for `--upsampler_epochs`, then frozen while the Image Transformer trains for
+`--epochs`. A run resumed from its backup does not fit the upsampler again
+(the backup holds it).
 
-The run prints and writes to `--model_dir`: held-out bits/dim, PSNR and
-SSIM (scikit-image) of the model's outputs at each of `--temperatures`
-against bicubic and nearest upsampling and the upsampler alone,
-`super_resolution.png` (one row per held-out example: low resolution,
-bicubic, the upsampler, the model's samples, the original),
+The run prints and writes to `--model_dir`: test bits/dim; on
+`--eval_images` test patches, PSNR (with a 95% bootstrap interval over the
+patches, and its paired difference from bicubic's) and SSIM of bicubic and
+nearest upsampling, the upsampler alone, and the model decoding with the
+posterior mean and at each of `--temperatures`, with the share of
+sub-pixels where the decoder's output differs from the upsampler's
+estimate; `super_resolution.png` (one row per scored example: low
+resolution, bicubic, the upsampler, the model's outputs, the original),
 `super_resolution_samples.npz` (the scored images: low resolution,
 original and every method's output), the trained `.keras` model,
 `report.json`, checkpoints, TensorBoard logs, and with `--export_dir` a
@@ -25,7 +33,7 @@ SavedModel for TF Serving with the `super_resolve` signature.
 
     python recipes/super_resolution.py --model_dir runs/super_resolution
     python recipes/super_resolution.py --model_dir runs/celeba --dataset celeb_a \\
-        --tfds_dir ~/tensorflow_datasets --preset celeba --mixed_precision
+        --tfds_dir ~/tensorflow_datasets --preset celeba_paper --mixed_precision
 """
 
 from common import harness  # sets up the environment before Keras is imported
@@ -47,8 +55,10 @@ PRESETS = {
     # convolutions): minutes per epoch on one core.
     "small": dict(preset="small"),
     "tiny": dict(preset="tiny"),
-    # The paper's CelebA 8x8 -> 32x32 configuration.
-    "celeba": dict(preset="celeba"),
+    # Parmar et al.'s CelebA 8x8 -> 32x32 model (no upsampler).
+    "celeba_paper": dict(preset="celeba_paper"),
+    # Its sizes plus the upsampler, interpolation prior and difference coding.
+    "celeba_refiner": dict(preset="celeba_refiner"),
 }
 
 
@@ -63,7 +73,12 @@ def build_parser():
         "by source picture (offline); celeb_a: CelebA faces from tensorflow-datasets, prepared "
         "in --tfds_dir (its train split for training, its test split held out)",
     )
-    image_recipes.add_image_dir_flags(data, labels=False)
+    image_recipes.add_image_dir_flags(
+        data, labels=False, held_out_fraction=0.33,
+        held_out_help="the fraction held out (seeded by --seed): of the default data's photos and, "
+        "apart, of its faces, as whole pictures (0.33: 6 of the 18 photos and 33 of the 100 faces); "
+        "of --image_dir's files",
+    )
     data.add_argument(
         "--size",
         type=harness.positive_int,
@@ -117,14 +132,22 @@ def build_parser():
         "--eval_images",
         type=harness.positive_int,
         default=64,
-        help="held-out images the model super-resolves for PSNR and SSIM (a seeded random "
-        "choice; bits/dim uses every held-out image)",
+        help="test images the model super-resolves for PSNR and SSIM (a seeded random choice; "
+        "bits/dim uses every test image)",
+    )
+    evaluation.add_argument(
+        "--validation_images",
+        type=harness.positive_int,
+        default=64,
+        help="held-out images that are the validation data of training (a seeded random choice); "
+        "the other held-out images are the test data, scored",
     )
     evaluation.add_argument(
         "--temperatures",
         type=image_recipes.temperature_list,
         default=(0.0, 0.8, 1.0),
-        help="comma-separated sampling temperatures the model is scored at (0 = greedy)",
+        help="comma-separated sampling temperatures the model is scored at (0 = greedy), "
+        "besides its posterior-mean decoding",
     )
     evaluation.add_argument(
         "--grid_rows",
@@ -168,12 +191,33 @@ def load_images(args, run):
         f"embedded default: {args.size} x {args.size} patches of scikit-image's "
         f"{len(image_patches.PHOTOS)} bundled photos and {image_patches.FACES} lfw_subset faces"
     )
-    train, test = image_patches.embedded_patches(args.size, args.channels, seed=args.seed)
+    train, test = image_patches.embedded_patches(
+        args.size, args.channels, held_out_fraction=args.held_out_fraction, seed=args.seed
+    )
+    held_out = sorted(set(test.sources))
+    photos = [name for name in held_out if not name.startswith("lfw_face_")]
     run.log(
         f"patches: {len(train)} training from {len(set(train.sources))} pictures, {len(test)} "
-        f"held out from {len(set(test.sources))} other pictures"
+        f"held out from {len(held_out)} other pictures ({len(held_out) - len(photos)} faces and "
+        f"the photos {', '.join(photos)})"
     )
     return train.pixels, test.pixels
+
+
+def held_out_parts(count, validation_images, eval_images, seed):
+    """`(validation, test, scored)` sorted indices: a seeded
+    `validation_images` of the `count` held-out images validate training,
+    the rest are the test data (no image in both), and `scored` indexes a
+    seeded `eval_images` of the test data (all of it when fewer) within it."""
+    if validation_images >= count:
+        raise harness.UsageError(
+            f"--validation_images {validation_images} must leave test images: there are {count} "
+            "held-out images"
+        )
+    order = np.random.default_rng(seed).permutation(count)
+    validation, test = np.sort(order[:validation_images]), np.sort(order[validation_images:])
+    scored = np.searchsorted(test, np.sort(order[validation_images:][:eval_images]))
+    return validation, test, scored
 
 
 def pairs(high, scale):
@@ -234,13 +278,27 @@ def build_model(args, low_shape, high_shape):
     return model
 
 
+UPSAMPLER_HISTORY = "upsampler_history.json"
+
+
 def fit_upsampler(args, run, model, train, validation):
     """Fits the model's upsampler by L1 regression on the high-resolution
     images for `--upsampler_epochs`, then freezes it again; returns its
-    training history (`{}` when nothing was fitted)."""
-    upsampler = model.get_layer("upsampler")
-    if not args.upsampler_epochs or not upsampler.weights:
+    training history (`{}` when nothing was fitted).
+
+    A run that will resume from its backup fits nothing: `BackupAndRestore`
+    restores the upsampler with the rest of the model, and the history is
+    read back from `upsampler_history.json`.
+    """
+    import json
+
+    upsampler = model.upsampler
+    if upsampler is None or not args.upsampler_epochs or not upsampler.weights:
         return {}
+    saved = run.path(UPSAMPLER_HISTORY)
+    if run.has_backup():
+        run.log(f"not fitting the upsampler: the backup in {run.backup_dir()} holds it")
+        return json.loads(saved.read_text()) if saved.is_file() else {}
     upsampler.trainable = True
     with run.strategy.scope():
         # A model of its own over the upsampler's layers, so that the saved
@@ -262,64 +320,132 @@ def fit_upsampler(args, run, model, train, validation):
         shuffle=False,  # a tf.data pipeline shuffles itself
     )
     upsampler.trainable = False
-    return {k: [float(x) for x in v] for k, v in history.history.items()}
+    history = {k: [float(x) for x in v] for k, v in history.history.items()}
+    if run.chief:
+        saved.write_text(json.dumps(history) + "\n")
+    return history
 
 
 # ------------------------------------------------------------- evaluation
 
 
-def super_resolve(args, model, low, temperature):
-    """The model's uint8 outputs for `low`, in batches of `--batch_size`."""
+def super_resolve(args, model, low, temperature=1.0, decoding="sample"):
+    """The model's uint8 outputs for `low`, in batches of `--batch_size`:
+    sampled at `temperature`, or its posterior means."""
     from keras_selfattn.generation import sample_images
 
+    sampled = decoding == "sample" and temperature > 0
     outputs = []
     for start in range(0, len(low), args.batch_size):
         batch = low[start:start + args.batch_size]
         outputs.append(keras.ops.convert_to_numpy(sample_images(
             model, low_resolution=batch.astype("uint8"), temperature=temperature,
-            top_k=args.top_k if temperature else 0, top_p=args.top_p if temperature else 1.0,
-            seed=args.seed + start,
+            top_k=args.top_k if sampled else 0, top_p=args.top_p if sampled else 1.0,
+            seed=args.seed + start, decoding=decoding,
         )))
     return np.concatenate(outputs).astype("int32")
 
 
 def upsampled(model, low):
     """The model's upsampler's estimates, rounded to uint8 values."""
-    estimates = model.get_layer("upsampler").predict(low, verbose=0)
+    estimates = model.upsampler.predict(low, verbose=0)
     return np.clip(np.round(estimates), 0, 255).astype("int32")
 
 
-def evaluate(args, run, model, test):
-    """Bits/dim on every held-out image; PSNR and SSIM of the model at each
-    temperature and of the interpolations on `--eval_images` of them."""
-    from keras_selfattn.data.images.patches import upsample
+def decoder_runs(temperatures):
+    """`[(output name, label, sample_images settings)]` of the model's
+    decodings: temperature 0 (when asked), the posterior mean, then the
+    other temperatures."""
+    runs = [
+        (f"model_temperature_{t:g}", f"decoder T={t:g}" if t else "decoder T=0 (greedy)", dict(temperature=t))
+        for t in temperatures
+    ]
+    greedy = sum(1 for t in temperatures[:1] if t == 0)
+    runs.insert(greedy, ("model_posterior_mean", "decoder posterior mean", dict(decoding="posterior_mean")))
+    return runs
+
+
+def score(high, outputs, estimates=None, seed=0):
+    """`{name: scores}` of each method's `outputs[name]` against `high`:
+    mean PSNR and its 95% bootstrap interval over the images, the paired
+    difference from bicubic's PSNR and its interval, mean SSIM, and (with
+    the upsampler's `estimates`) the share of sub-pixels that differ from
+    them."""
     from keras_selfattn.models import metrics as image_metrics
+
+    bicubic = image_metrics.psnr_per_image(high, outputs["bicubic"])
+    quality = {}
+    for name, images in outputs.items():
+        psnr = image_metrics.psnr_per_image(high, images)
+        quality[name] = {
+            "psnr": float(np.mean(psnr)),
+            "psnr_interval": list(image_metrics.bootstrap_interval(psnr, seed=seed)),
+            "psnr_minus_bicubic": float(np.mean(psnr - bicubic)),
+            "psnr_minus_bicubic_interval": list(
+                image_metrics.bootstrap_interval(psnr - bicubic, seed=seed)
+            ),
+            "ssim": image_metrics.ssim(high, images),
+            "changed_share": None if estimates is None else float(np.mean(images != estimates)),
+        }
+    return quality
+
+
+def quality_table(quality, labels):
+    """The scores as printed lines, one per method."""
+    lines = [
+        f"  {'method':<28} {'PSNR dB':>8} {'95% interval':>15} {'minus bicubic (95%)':>26} {'SSIM':>7} "
+        f"{'changed':>8}"
+    ]
+    for name, scores in quality.items():
+        low, high = scores["psnr_interval"]
+        difference_low, difference_high = scores["psnr_minus_bicubic_interval"]
+        changed = "" if scores["changed_share"] is None else f"{100 * scores['changed_share']:7.1f}%"
+        lines.append(
+            f"  {labels[name]:<28} {scores['psnr']:8.2f} {f'{low:.2f}..{high:.2f}':>15} "
+            f"{scores['psnr_minus_bicubic']:+8.2f} {f'({difference_low:+.2f}..{difference_high:+.2f})':>17} "
+            f"{scores['ssim']:7.4f} {changed:>8}"
+        )
+    return lines
+
+
+def evaluate(args, run, model, test, scored):
+    """Bits/dim on every test image; on the `scored` ones, the scores of the
+    interpolations, the upsampler and the model's decodings."""
+    from keras_selfattn.data.images.patches import upsample
 
     results = model.evaluate(test, test["pixels"], batch_size=args.batch_size, verbose=0, return_dict=True)
     bits = float(results["bits_per_dim"])
-    run.log(f"held-out bits/dim over {len(test['pixels'])} images: {bits:.4f}")
-    chosen = np.sort(np.random.default_rng(args.seed).permutation(len(test["pixels"]))[: args.eval_images])
-    low, high = test["low_resolution"][chosen], test["pixels"][chosen]
+    run.log(f"test bits/dim over {len(test['pixels'])} images: {bits:.4f}")
+    low, high = test["low_resolution"][scored], test["pixels"][scored]
     size = high.shape[1:3]
-    outputs = {
-        "nearest": upsample(low, size, "nearest"),
-        "bicubic": upsample(low, size, "bicubic"),
-        "upsampler": upsampled(model, low),
+    outputs = {"bicubic": upsample(low, size, "bicubic"), "nearest": upsample(low, size, "nearest")}
+    labels = {"bicubic": "bicubic", "nearest": "nearest"}
+    estimates = None
+    if model.upsampler is not None:
+        estimates = outputs["upsampler"] = upsampled(model, low)
+        labels["upsampler"] = "upsampler alone"
+    for name, label, settings in decoder_runs(args.temperatures):
+        run.log(f"super-resolving {len(low)} test images: {label} ...")
+        outputs[name] = super_resolve(args, model, low, **settings)
+        labels[name] = label
+    quality = score(high, outputs, estimates, seed=args.seed)
+    changed = " (changed: sub-pixels where the output differs from the upsampler's estimate)"
+    run.log(
+        f"{len(low)} test images, PSNR with 95% bootstrap intervals over them"
+        + (changed if estimates is not None else "")
+    )
+    for line in quality_table(quality, labels):
+        run.log(line)
+    report = {
+        "bits_per_dim": bits, "images": int(len(test["pixels"])), "scored_images": int(len(low)),
+        "labels": labels, "quality": quality,
     }
-    for temperature in args.temperatures:
-        run.log(f"super-resolving {len(low)} held-out images at temperature {temperature:g} ...")
-        outputs[f"model_temperature_{temperature:g}"] = super_resolve(args, model, low, temperature)
-    quality = {}
-    for name, images in outputs.items():
-        quality[name] = {"psnr": image_metrics.psnr(high, images), "ssim": image_metrics.ssim(high, images)}
-        run.log(f"  {name:<24} PSNR {quality[name]['psnr']:6.2f} dB   SSIM {quality[name]['ssim']:.4f}")
-    report = {"bits_per_dim": bits, "images": int(len(test["pixels"])), "scored_images": int(len(low)), "quality": quality}
     return report, low, high, outputs
 
 
 def write_grid(args, run, low, high, outputs):
     rows = min(args.grid_rows, len(high))
-    names = [name for name in outputs if name != "nearest"]
+    names = [name for name in outputs if name != "nearest"]  # bicubic, upsampler, the decodings
     titles = [f"low {low.shape[1]}x{low.shape[2]}"] + [
         name.replace("model_temperature_", "model T=") for name in names
     ] + ["original"]
@@ -349,17 +475,21 @@ def main(argv=None, callbacks=()):
         f"parameters; {low_shape} -> {high_shape}; training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
-    # Held-out patches come grouped by picture: validate on some of each.
-    picked = np.random.default_rng(args.seed).permutation(len(test["pixels"]))[: 4 * args.batch_size]
-    validation = {k: v[picked] for k, v in test.items()}
+    validation_indices, test_indices, scored = held_out_parts(
+        len(test["pixels"]), args.validation_images, args.eval_images, args.seed
+    )
+    validation = {k: v[validation_indices] for k, v in test.items()}
+    test = {k: v[test_indices] for k, v in test.items()}
+    run.log(f"held out: {len(validation_indices)} validation images, {len(test_indices)} test images")
     upsampler_history = fit_upsampler(args, run, model, train, validation)
     history = run.fit(
         model, training_dataset(train, args.batch_size, args.seed),
         validation_data=(validation, validation["pixels"]), callbacks=callbacks,
     )
     run.save_model(model, NAME)
-    run.log("evaluating on the held-out images ...")
-    held_out, low, high, outputs = evaluate(args, run, model, test)
+    run.log("evaluating on the test images ...")
+    held_out, low, high, outputs = evaluate(args, run, model, test, scored)
+    held_out["validation_images"] = int(len(validation_indices))
     write_grid(args, run, low, high, outputs)
     samples = run.path("super_resolution_samples.npz")
     np.savez_compressed(samples, low_resolution=low, original=high, **outputs)

@@ -359,12 +359,21 @@ class Run:
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
         return dataset.with_options(options)
 
-    def callbacks(self):
-        """BackupAndRestore, ModelCheckpoint and TensorBoard under the model folder."""
-        backup = self.model_dir / "backup"
+    def backup_dir(self):
+        """The folder `BackupAndRestore` keeps this process's backup in."""
         if not self.chief:
             # Every worker restores; each keeps its own copy (same weights).
-            backup = Path(self.args.model_dir) / f"backup_{_task_name(self.strategy)}"
+            return Path(self.args.model_dir) / f"backup_{_task_name(self.strategy)}"
+        return self.model_dir / "backup"
+
+    def has_backup(self):
+        """Whether `fit` will resume from a backup (a killed run's last
+        finished epoch) rather than start afresh."""
+        return (self.backup_dir() / "latest.weights.h5").is_file()
+
+    def callbacks(self):
+        """BackupAndRestore, ModelCheckpoint and TensorBoard under the model folder."""
+        backup = self.backup_dir()
         checkpoint = self.path("checkpoints", "latest.keras")
         logs = self.model_dir / "logs"
         self.wrote("checkpoint (each epoch)", checkpoint)

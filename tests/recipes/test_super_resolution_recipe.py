@@ -1,7 +1,8 @@
 """recipes/super_resolution.py end to end on the embedded patches, at a
 tiny size: every output, the scores recomputed with scikit-image from the
-scored images, greedy outputs reproduced by the saved model and by the
-exported `super_resolve` signature."""
+scored images, greedy and posterior-mean outputs reproduced by the saved
+model and by the exported `super_resolve` signature, validation and test
+images disjoint, and a resumed run that does not fit the upsampler again."""
 
 import contextlib
 import io
@@ -74,7 +75,7 @@ def test_short_run_writes_grid_report_and_saved_model(short_run):
     for line in listing:
         assert Path(line.split()[-1]).exists(), line
     grid = matplotlib.image.imread(model_dir / "super_resolution.png")
-    # Two example rows of six columns: low, bicubic, upsampler, two temperatures, original.
+    # Two example rows of seven columns: low, bicubic, upsampler, greedy, posterior mean, T=1, original.
     assert grid.shape[1] > grid.shape[0] and grid.std() > 0
     assert report["data"]["source"] == "default"
     assert report["model"]["low_shape"] == [4, 4, 1] and report["model"]["high_shape"] == [8, 8, 1]
@@ -89,15 +90,27 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
     original, low = scored["original"].astype(float), scored["low_resolution"].astype(float)
     assert original.shape == (3, 8, 8, 1) and low.shape == (3, 4, 4, 1)
     quality = report["held_out"]["quality"]
-    assert set(quality) == {"nearest", "bicubic", "upsampler", "model_temperature_0", "model_temperature_1"}
+    assert list(quality) == [
+        "bicubic", "nearest", "upsampler", "model_temperature_0", "model_posterior_mean", "model_temperature_1"
+    ]
+    bicubic_psnr = [peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, scored["bicubic"])]
     for name, scores in quality.items():
         images = scored[name].astype(float)
-        psnr = np.mean([peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, images)])
+        psnr = [peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, images)]
         ssim = np.mean(
             [structural_similarity(t, i, data_range=255, channel_axis=-1) for t, i in zip(original, images)]
         )
-        assert scores["psnr"] == pytest.approx(psnr, rel=1e-9), name
+        assert scores["psnr"] == pytest.approx(np.mean(psnr), rel=1e-9), name
         assert scores["ssim"] == pytest.approx(ssim, rel=1e-9), name
+        bottom, top = scores["psnr_interval"]
+        assert min(psnr) - 1e-9 <= bottom <= scores["psnr"] <= top <= max(psnr) + 1e-9, name
+        difference = np.subtract(psnr, bicubic_psnr)
+        assert scores["psnr_minus_bicubic"] == pytest.approx(difference.mean(), rel=1e-9, abs=1e-12), name
+        bottom, top = scores["psnr_minus_bicubic_interval"]
+        assert difference.min() - 1e-9 <= bottom <= top <= difference.max() + 1e-9, name
+        # The share of sub-pixels other than the upsampler's estimate.
+        assert scores["changed_share"] == pytest.approx(np.mean(scored[name] != scored["upsampler"])), name
+    assert quality["upsampler"]["changed_share"] == 0.0
     bicubic = np.stack([resize(x, (8, 8, 1), order=3, preserve_range=True, mode="edge") for x in low])
     np.testing.assert_array_equal(scored["bicubic"], np.clip(np.round(bicubic), 0, 255))
     # The low-resolution input is the original's 2 x 2 block mean.
@@ -121,19 +134,86 @@ def test_upsampler_is_fitted_first_then_frozen(short_run):
     np.testing.assert_array_equal(scored["upsampler"], np.clip(np.round(estimates), 0, 255))
 
 
-def test_bits_per_dim_covers_every_held_out_patch(short_run):
+class _Interrupt(keras.callbacks.Callback):
+    """Fails like a crash at the end of the first epoch (after its backup),
+    keeping the upsampler's weights then."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.upsampler = [np.array(w) for w in self.model.get_layer("upsampler").get_weights()]
+        raise RuntimeError("killed after epoch 1")
+
+
+def test_a_resumed_run_does_not_fit_the_upsampler_again(tmp_path, monkeypatch):
+    argv = [
+        "--model_dir", str(tmp_path), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "2",
+        "--steps_per_epoch", "2", "--upsampler_epochs", "2", "--batch_size", "4", "--eval_images", "2",
+        "--validation_images", "8", "--temperatures", "0", "--grid_rows", "1", "--verbose", "0", "--seed", "3",
+    ]
+    interrupt = _Interrupt()
+    with pytest.raises(RuntimeError, match="killed after epoch 1"), contextlib.redirect_stdout(io.StringIO()):
+        super_resolution.main(argv, callbacks=[interrupt])
+    assert (tmp_path / "backup").is_dir()
+    first_history = json.loads((tmp_path / super_resolution.UPSAMPLER_HISTORY).read_text())
+    assert len(first_history["loss"]) == 2
+
+    fitted = []
+    original_fit = keras.Model.fit
+
+    def fit(model, *args, **kwargs):
+        fitted.append(model.name)
+        return original_fit(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "fit", fit)
+    watch = UpsamplerWatch()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = super_resolution.main(argv, callbacks=[watch])
+    assert fitted == ["image_super_resolution"]  # not "upsampler_regression"
+    assert "not fitting the upsampler: the backup" in printed.getvalue()
+    assert report["run"]["resumed_from_epoch"] == 1
+    assert report["upsampler_training"] == first_history
+    # The upsampler the second epoch trains with is the first run's, restored from the backup.
+    for restored, saved in zip(watch.before.values(), interrupt.upsampler):
+        np.testing.assert_array_equal(restored, saved)
+    assert not (tmp_path / "backup").exists()
+
+
+def test_bits_per_dim_covers_every_test_patch_and_no_validation_patch(short_run):
     from keras_selfattn.data.images.patches import downsample, embedded_patches
 
     model_dir, report, _, _ = short_run
-    _, test = embedded_patches(size=8, channels=1, seed=2)
-    assert report["held_out"]["images"] == len(test) == report["data"]["held_out_images"]
+    _, held_out = embedded_patches(size=8, channels=1, held_out_fraction=0.33, seed=2)
+    assert len(held_out) == report["data"]["held_out_images"]
+    _, test_indices, scored = super_resolution.held_out_parts(len(held_out), 64, 3, seed=2)
+    test = held_out.pixels[test_indices]
+    assert report["held_out"]["images"] == len(test) == len(held_out) - 64
+    assert report["held_out"]["validation_images"] == 64
+    np.testing.assert_array_equal(np.load(model_dir / "super_resolution_samples.npz")["original"], test[scored])
     model = keras.models.load_model(model_dir / "super_resolution.keras")
-    inputs = {"low_resolution": downsample(test.pixels, 2), "pixels": test.pixels}
+    inputs = {"low_resolution": downsample(test, 2), "pixels": test}
     logits = keras.ops.convert_to_numpy(model.predict(inputs, batch_size=256, verbose=0)).astype("float64")
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    nats = -np.take_along_axis(log_probs, test.pixels[..., None], axis=-1).mean()
+    nats = -np.take_along_axis(log_probs, test[..., None], axis=-1).mean()
     assert report["held_out"]["bits_per_dim"] == pytest.approx(nats / np.log(2), rel=1e-4)
+
+
+def test_validation_and_test_images_are_disjoint_and_the_scored_ones_are_test_images():
+    validation, test, scored = super_resolution.held_out_parts(100, 30, 20, seed=4)
+    assert len(validation) == 30 and len(test) == 70 and len(scored) == 20
+    assert not set(validation) & set(test)
+    assert sorted(set(validation) | set(test)) == list(range(100))
+    assert len(set(scored)) == 20 and 0 <= scored.min() and scored.max() < len(test)
+    # Seeded: the same parts again, other parts for another seed.
+    again = super_resolution.held_out_parts(100, 30, 20, seed=4)
+    for part, same in zip((validation, test, scored), again):
+        np.testing.assert_array_equal(part, same)
+    assert not np.array_equal(super_resolution.held_out_parts(100, 30, 20, seed=5)[0], validation)
+    # Fewer test images than asked for: all of them are scored.
+    _, test, scored = super_resolution.held_out_parts(10, 4, 50, seed=0)
+    np.testing.assert_array_equal(scored, np.arange(6))
+    with pytest.raises(super_resolution.harness.UsageError, match="--validation_images 10 must leave test images"):
+        super_resolution.held_out_parts(10, 10, 5, seed=0)
 
 
 def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
@@ -147,6 +227,8 @@ def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
     model = keras.models.load_model(model_dir / "super_resolution.keras")
     greedy = keras.ops.convert_to_numpy(sample_images(model, low_resolution=low, temperature=0.0, seed=0))
     np.testing.assert_array_equal(greedy, scored["model_temperature_0"])
+    mean = keras.ops.convert_to_numpy(sample_images(model, low_resolution=low, decoding="posterior_mean"))
+    np.testing.assert_array_equal(mean, scored["model_posterior_mean"])
     exported = report["outputs"]["SavedModel for TensorFlow Serving"]
     assert Path(exported).parent == model_dir / "export" / "super_resolution"  # serving/models.config's name
     served = tf.saved_model.load(exported)
