@@ -21,7 +21,7 @@ Command line (`python serving/client.py --help`):
     python serving/client.py translate "Ich habe Hunger."
     python serving/client.py sample --out grid.png
     python serving/client.py complete in.png --known_rows 4 --out grid.png
-    python serving/client.py super_resolve in.png out.png
+    python serving/client.py super_resolve in.png out.png [--decoding posterior_mean]
 
 The REST path needs only the standard library and numpy; gRPC needs `grpcio`
 and `tensorflow-serving-api` (which imports TensorFlow).
@@ -170,6 +170,7 @@ def run_super_resolve(args):
         "low_resolution": image[None],
         "seed": _column(args.seed, np.int32, 1),
         "temperature": _column(args.temperature, np.float32, 1),
+        "decoding": np.array([args.decoding.encode("utf-8")], dtype=object),
     }
     pixels = predict(args.model_name, "super_resolve", inputs, **_connection(args))["pixels"][0]
     write_image(args.output, pixels)
@@ -345,6 +346,13 @@ def _add_super_resolve_command(commands):
     super_resolve.add_argument("output", help="output image (PNG)")
     _add_channels_flag(super_resolve)
     _add_sampling_flags(super_resolve)
+    super_resolve.add_argument(
+        "--decoding",
+        choices=("sample", "posterior_mean"),
+        default="sample",
+        help="sample: each sub-pixel drawn at --temperature (0 = greedy); posterior_mean: the "
+        "rounded expected value of the model's distribution, deterministic (default: %(default)s)",
+    )
     _add_connection_flags(super_resolve, MODEL_NAMES["super_resolution"])
     super_resolve.set_defaults(run=run_super_resolve)
 

@@ -53,7 +53,12 @@ SIGNATURES = {
         "outputs": {"pixels": "uint8", "status": "string"},
     },
     "super_resolve": {
-        "inputs": {"low_resolution": "uint8", "seed": "int32", "temperature": "float32"},
+        "inputs": {
+            "low_resolution": "uint8",  # [B, h, w, C]
+            "seed": "int32",  # [B]
+            "temperature": "float32",  # [B]
+            "decoding": "string",  # [B]: "sample" (at temperature, seed) or "posterior_mean"
+        },
         "outputs": {"pixels": "uint8", "status": "string"},  # [B, H, W, C]
     },
 }

@@ -115,7 +115,9 @@ def example_inputs(specs, rows=2, temperature=0.0):
         shape, numpy_dtype = shapes[key], _NUMPY_DTYPES.get(dtype)
         if numpy_dtype is None:
             raise ValueError(f"input `{key}` has dtype {dtype}, which this script does not fill")
-        if key == "text" or numpy_dtype is object:
+        if key == "decoding":
+            value = np.full(shape, b"sample", dtype=object)
+        elif key == "text" or numpy_dtype is object:
             count = int(np.prod(shape))
             texts = [SENTENCES[i % len(SENTENCES)].encode("utf-8") for i in range(count)]
             value = np.array(texts, dtype=object).reshape(shape)

@@ -4,7 +4,12 @@ import tensorflow as tf
 
 from keras_selfattn.export import request_checks
 from keras_selfattn.generation.images import generate_image
-from keras_selfattn.generation.sampling import choose_pixels_by_row, choose_tokens_by_row
+from keras_selfattn.generation.sampling import (
+    DECODINGS,
+    choose_pixels_by_row,
+    choose_posterior_means,
+    choose_tokens_by_row,
+)
 
 ROWS = request_checks.ROWS
 
@@ -16,14 +21,24 @@ def image_endpoints(image):
     return [_sample_endpoint(image), _complete_endpoint(image)]
 
 
-def _chooser(image, seed, temperature):
+def _chooser(image, seed, temperature, posterior_mean=None):
+    """Each row's value: drawn at its temperature, or with `posterior_mean`
+    (bool `[batch]`) true, its rounded posterior mean."""
+    if posterior_mean is not None:
+        temperature = tf.where(posterior_mean, tf.zeros_like(temperature), temperature)  # draws nothing
+
     def choose(outputs, index):
         if image.is_dmol:
-            return choose_pixels_by_row(outputs, seed, index, temperature)
-        rows = tf.shape(seed)
-        return choose_tokens_by_row(
-            outputs, seed, index, temperature, tf.zeros(rows, tf.int32), tf.ones(rows, tf.float32)
-        )
+            chosen = choose_pixels_by_row(outputs, seed, index, temperature)
+        else:
+            rows = tf.shape(seed)
+            chosen = choose_tokens_by_row(
+                outputs, seed, index, temperature, tf.zeros(rows, tf.int32), tf.ones(rows, tf.float32)
+            )
+        if posterior_mean is None:
+            return chosen
+        means = choose_posterior_means(outputs, image.is_dmol)
+        return tf.where(posterior_mean[:, None] if image.is_dmol else posterior_mean, means, chosen)
 
     return choose
 
@@ -48,6 +63,13 @@ def _known_rows_problems(image, inputs):
     return [(bad, f"`known_rows` must be in [1, {height}], the image's height")]
 
 
+def _decoding_problems(inputs):
+    if "decoding" not in inputs:
+        return []
+    bad = tf.logical_not(tf.reduce_any([tf.equal(inputs["decoding"], name) for name in DECODINGS], axis=0))
+    return [(bad, f"`decoding` must be {' or '.join(map(repr, DECODINGS))}")]
+
+
 # What a bad row is generated with, before its pixels are zeroed.
 _DEFAULTS = dict(seed=0, temperature=0.0, class_label=0, known_rows=1)
 
@@ -62,6 +84,7 @@ def _generate(image, inputs, **known):
         _known_rows_problems(image, inputs)
         + _class_problems(image, inputs)
         + request_checks.sampling_problems(inputs["temperature"], inputs["seed"])
+        + _decoding_problems(inputs)
     )
     good = tf.equal(status, "")
     inputs = {
@@ -73,7 +96,10 @@ def _generate(image, inputs, **known):
     pixels = generate_image(
         image,
         batch_size,
-        _chooser(image, inputs["seed"], inputs["temperature"]),
+        _chooser(
+            image, inputs["seed"], inputs["temperature"],
+            tf.equal(inputs["decoding"], "posterior_mean") if "decoding" in inputs else None,
+        ),
         class_labels=inputs.get("class_label"),
         low_resolution=known.pop("low_resolution", None),
         **known,
@@ -124,9 +150,14 @@ def _complete_endpoint(image):
 
 
 def _super_resolve_endpoint(image):
-    def super_resolve(low_resolution, seed, temperature):
-        inputs = dict(low_resolution=low_resolution, seed=seed, temperature=temperature)
+    """`super_resolve`: a row's `decoding` is "sample" (at its `temperature`
+    and `seed`) or "posterior_mean" (whose seed and temperature, still
+    checked, change nothing)."""
+
+    def super_resolve(low_resolution, seed, temperature, decoding):
+        inputs = dict(low_resolution=low_resolution, seed=seed, temperature=temperature, decoding=decoding)
         return _generate(image, inputs, low_resolution=tf.cast(low_resolution, tf.int32))
 
     specs = [tf.TensorSpec([None, *image.low_resolution_shape], tf.uint8, name="low_resolution")]
-    return "super_resolve", super_resolve, specs + _settings_specs()
+    decoding = [tf.TensorSpec(ROWS, tf.string, name="decoding")]
+    return "super_resolve", super_resolve, specs + _settings_specs() + decoding

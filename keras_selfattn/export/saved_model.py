@@ -54,7 +54,10 @@ def export_for_serving(
       `[B, H, W, C]`, `known_rows` int32 `[B]`, `seed`, `temperature` (+
       `class_label`) -> `pixels`.
     - `image_super_resolution`: `super_resolve`: `low_resolution` uint8
-      `[B, h, w, C]`, `seed`, `temperature` -> `pixels` uint8.
+      `[B, h, w, C]`, `seed`, `temperature`, `decoding` string `[B]`
+      (`"sample"`, or `"posterior_mean"`: `sample_images(...,
+      decoding="posterior_mean")`, whose row's seed and temperature change
+      nothing) -> `pixels` uint8.
 
     A row's output is what `keras_selfattn.generation` gives for that row
     alone with the same settings and seed (`continue_sequence`,

@@ -316,10 +316,47 @@ def test_dmol_and_super_resolution_signatures_equal_sample_images(export_base):
     assert sorted(loaded.signatures) == ["serving_default", "super_resolve"]
     low = RNG.integers(0, 256, (2,) + LOW_SHAPE).astype("uint8")
     pixels = _call(loaded, "super_resolve", low_resolution=low, seed=np.array([1, 2], "int32"),
-                   temperature=np.array([0.0, 1.0], "float32"))["pixels"]
+                   temperature=np.array([0.0, 1.0], "float32"),
+                   decoding=np.array([b"sample", b"sample"]))["pixels"]
     for row, temperature in enumerate([0.0, 1.0]):
         expected = sample_images(model, low_resolution=low[row : row + 1], temperature=temperature, seed=row + 1)
         np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
+
+
+@pytest.mark.parametrize("head", ["categorical", "dmol"])
+def test_super_resolve_decodes_each_row_as_its_decoding_asks(export_base, head):
+    """Rows of both decodings in one request: a posterior-mean row is
+    `sample_images(decoding="posterior_mean")` of it alone, whatever its
+    seed and temperature; a sampled row is its draw alone."""
+    overrides = dict(head="dmol", query_shape=(2, 2), num_mixtures=3) if head == "dmol" else {}
+    model = super_resolution_model(**overrides)
+    loaded = tf.saved_model.load(export_for_serving(model, export_base, name=f"super_resolution_{head}"))
+    rows = [(b"posterior_mean", 0.0, 1), (b"sample", 0.8, 2), (b"posterior_mean", 1.3, 3), (b"sample", 0.0, 4)]
+    low = RNG.integers(0, 256, (len(rows),) + LOW_SHAPE).astype("uint8")
+    decoding, temperature, seed = (np.array(column) for column in zip(*rows))
+    outputs = _call(loaded, "super_resolve", low_resolution=low, seed=seed.astype("int32"),
+                    temperature=temperature.astype("float32"), decoding=decoding)
+    assert outputs["status"].tolist() == [b""] * len(rows)
+    for row, (how, row_temperature, row_seed) in enumerate(rows):
+        settings = (
+            dict(decoding="posterior_mean") if how == b"posterior_mean"
+            else dict(temperature=float(row_temperature), seed=row_seed)
+        )
+        expected = sample_images(model, low_resolution=low[row : row + 1], **settings)
+        np.testing.assert_array_equal(outputs["pixels"][row], np.asarray(expected)[0], err_msg=f"row {row}")
+    assert not np.array_equal(outputs["pixels"][0], outputs["pixels"][3])
+
+
+def test_super_resolve_answers_an_unknown_decoding_in_its_status(export_base):
+    model = super_resolution_model()
+    loaded = tf.saved_model.load(export_for_serving(model, export_base, name="super_resolution_status"))
+    low = RNG.integers(0, 256, (2,) + LOW_SHAPE).astype("uint8")
+    inputs = dict(low_resolution=low, seed=np.array([1, 2], "int32"), temperature=np.array([1.0, 1.0], "float32"))
+    good = _call(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"sample"]), **inputs)
+    answer = _call(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"mean"]), **inputs)
+    assert answer["status"].tolist() == [b"", b"`decoding` must be 'sample' or 'posterior_mean'"]
+    assert not answer["pixels"][1].any()
+    np.testing.assert_array_equal(answer["pixels"][0], good["pixels"][0])
 
 
 def test_relative_local_2d_image_signatures_equal_sample_images(export_base):

@@ -39,12 +39,12 @@ def image_model(attention, head="categorical", num_classes=None):
     )
 
 
-def super_resolution_model():
+def super_resolution_model(**overrides):
     """Its upsampler's correction is random (nonzero), as after fitting."""
-    return with_fitted_upsampler(image_super_resolution(
-        LOW_SHAPE, IMAGE_SHAPE, preset="tiny", block_length=8, query_shape=(2, 6),
-        memory_flange=(1, 2), num_encoder_layers=1, **SMALL,
-    ))
+    settings = dict(block_length=8, query_shape=(2, 6), memory_flange=(1, 2), num_encoder_layers=1, **SMALL)
+    return with_fitted_upsampler(
+        image_super_resolution(LOW_SHAPE, IMAGE_SHAPE, preset="tiny", **dict(settings, **overrides))
+    )
 
 
 def with_fitted_upsampler(model, seed=4):

@@ -233,10 +233,12 @@ def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
     assert Path(exported).parent == model_dir / "export" / "super_resolution"  # serving/models.config's name
     served = tf.saved_model.load(exported)
     rows = len(low)
-    answer = served.signatures["super_resolve"](
-        low_resolution=tf.constant(low), seed=tf.zeros([rows], tf.int32), temperature=tf.zeros([rows], tf.float32)
-    )["pixels"]
-    np.testing.assert_array_equal(answer.numpy(), scored["model_temperature_0"])
+    for decoding, name in ((b"sample", "model_temperature_0"), (b"posterior_mean", "model_posterior_mean")):
+        answer = served.signatures["super_resolve"](
+            low_resolution=tf.constant(low), seed=tf.zeros([rows], tf.int32),
+            temperature=tf.zeros([rows], tf.float32), decoding=tf.constant([decoding] * rows),
+        )["pixels"]
+        np.testing.assert_array_equal(answer.numpy(), scored[name])
 
 
 def test_bad_flags_are_clear_errors(tmp_path):

@@ -520,9 +520,15 @@ def test_super_resolve_sends_the_image_and_writes_the_answer(fake_rest, capsys, 
     assert path == "/v1/models/super_resolution:predict"
     assert body == {
         "signature_name": "super_resolve",
-        "instances": [{"low_resolution": low.tolist(), "seed": 3, "temperature": 1.0}],
+        "instances": [{"low_resolution": low.tolist(), "seed": 3, "temperature": 1.0, "decoding": "sample"}],
     }
     np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "out.png")), high)
+    status, _, err = run_cli(
+        capsys, "super_resolve", str(tmp_path / "in.png"), str(tmp_path / "out.png"),
+        "--rest_port", str(server.port), "--decoding", "posterior_mean",
+    )
+    assert status == 0, err
+    assert server.requests[-1][1]["instances"][0]["decoding"] == "posterior_mean"
 
 
 def test_complete_sends_the_image_per_row_and_writes_input_and_completions(

@@ -170,6 +170,8 @@ def test_example_inputs_are_valid_requests_for_each_contract_signature():
     np.testing.assert_array_equal(inputs["seed"], [0, 1])
     assert inputs["temperature"].dtype == np.float32 and (inputs["temperature"] == 0).all()
     assert inputs["class_label"].dtype == np.int32 and (inputs["class_label"] == 0).all()
+    specs = metadata_specs(client.SIGNATURES["super_resolve"]["inputs"], {"low_resolution": [-1, 4, 4, 1]})
+    assert smoke.example_inputs(specs)["decoding"].tolist() == [b"sample", b"sample"]
     text = smoke.example_inputs({"text": ("DT_STRING", [-1])})["text"]
     assert text.dtype == object and all(isinstance(t, bytes) and t for t in text)
     generate = smoke.example_inputs(FAKE_SIGNATURES["generate"]["inputs"])

@@ -77,7 +77,7 @@ SIGNATURE_INPUTS = {
     ),
     ("super_resolution", "super_resolve"): dict(
         low_resolution=np.arange(24, dtype="uint8").reshape((2,) + LOW_SHAPE), seed=_rows(1, 2, dtype="int32"),
-        temperature=_rows(0.0, 1.0, dtype="float32"),
+        temperature=_rows(0.0, 1.0, dtype="float32"), decoding=np.array([b"posterior_mean", b"sample"], object),
     ),
 }
 
