@@ -20,7 +20,8 @@ for `--upsampler_epochs`, then frozen while the Image Transformer trains for
 
 The run prints and writes to `--model_dir`: test bits/dim; on
 `--eval_images` test patches, PSNR (with a 95% bootstrap interval over the
-patches, and its paired difference from bicubic's) and SSIM of bicubic and
+patches, and its paired differences from bicubic's and the upsampler's,
+with theirs) and SSIM of bicubic and
 nearest upsampling, the upsampler alone, and the model decoding with the
 posterior mean and at each of `--temperatures`, with the share of
 sub-pixels where the decoder's output differs from the upsampler's
@@ -368,43 +369,48 @@ def decoder_runs(temperatures):
 def score(high, outputs, estimates=None, seed=0):
     """`{name: scores}` of each method's `outputs[name]` against `high`:
     mean PSNR and its 95% bootstrap interval over the images, the paired
-    difference from bicubic's PSNR and its interval, mean SSIM, and (with
-    the upsampler's `estimates`) the share of sub-pixels that differ from
-    them."""
+    differences from bicubic's PSNR and (when scored) the upsampler's with
+    their intervals, mean SSIM, and (with the upsampler's `estimates`) the
+    share of sub-pixels that differ from them."""
     from keras_selfattn.models import metrics as image_metrics
 
-    bicubic = image_metrics.psnr_per_image(high, outputs["bicubic"])
+    references = {name: image_metrics.psnr_per_image(high, outputs[name]) for name in REFERENCES if name in outputs}
     quality = {}
     for name, images in outputs.items():
         psnr = image_metrics.psnr_per_image(high, images)
-        quality[name] = {
+        scores = {
             "psnr": float(np.mean(psnr)),
             "psnr_interval": list(image_metrics.bootstrap_interval(psnr, seed=seed)),
-            "psnr_minus_bicubic": float(np.mean(psnr - bicubic)),
-            "psnr_minus_bicubic_interval": list(
-                image_metrics.bootstrap_interval(psnr - bicubic, seed=seed)
-            ),
-            "ssim": image_metrics.ssim(high, images),
-            "changed_share": None if estimates is None else float(np.mean(images != estimates)),
         }
+        for reference, reference_psnr in references.items():
+            difference = psnr - reference_psnr
+            scores[f"psnr_minus_{reference}"] = float(np.mean(difference))
+            scores[f"psnr_minus_{reference}_interval"] = list(image_metrics.bootstrap_interval(difference, seed=seed))
+        scores["ssim"] = image_metrics.ssim(high, images)
+        scores["changed_share"] = None if estimates is None else float(np.mean(images != estimates))
+        quality[name] = scores
     return quality
+
+
+# The methods every other one is compared with, image by image.
+REFERENCES = ("bicubic", "upsampler")
 
 
 def quality_table(quality, labels):
     """The scores as printed lines, one per method."""
-    lines = [
-        f"  {'method':<28} {'PSNR dB':>8} {'95% interval':>15} {'minus bicubic (95%)':>26} {'SSIM':>7} "
-        f"{'changed':>8}"
-    ]
+    references = [name for name in REFERENCES if f"psnr_minus_{name}" in next(iter(quality.values()))]
+    header = f"  {'method':<24} {'PSNR dB':>7} {'(95%)':>13}"
+    for reference in references:
+        header += f" {'minus ' + reference + ' (95%)':>24}"
+    lines = [header + f" {'SSIM':>6} {'changed':>7}"]
     for name, scores in quality.items():
         low, high = scores["psnr_interval"]
-        difference_low, difference_high = scores["psnr_minus_bicubic_interval"]
-        changed = "" if scores["changed_share"] is None else f"{100 * scores['changed_share']:7.1f}%"
-        lines.append(
-            f"  {labels[name]:<28} {scores['psnr']:8.2f} {f'{low:.2f}..{high:.2f}':>15} "
-            f"{scores['psnr_minus_bicubic']:+8.2f} {f'({difference_low:+.2f}..{difference_high:+.2f})':>17} "
-            f"{scores['ssim']:7.4f} {changed:>8}"
-        )
+        line = f"  {labels[name]:<24} {scores['psnr']:7.2f} {f'{low:.2f}..{high:.2f}':>13}"
+        for reference in references:
+            low, high = scores[f"psnr_minus_{reference}_interval"]
+            line += f" {scores[f'psnr_minus_{reference}']:+7.3f} {f'({low:+.3f}..{high:+.3f})':>16}"
+        changed = "" if scores["changed_share"] is None else f"{100 * scores['changed_share']:6.1f}%"
+        lines.append(line + f" {scores['ssim']:6.4f} {changed:>7}")
     return lines
 
 

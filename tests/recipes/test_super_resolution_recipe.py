@@ -93,7 +93,10 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
     assert list(quality) == [
         "bicubic", "nearest", "upsampler", "model_temperature_0", "model_posterior_mean", "model_temperature_1"
     ]
-    bicubic_psnr = [peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, scored["bicubic"])]
+    references = {
+        name: [peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, scored[name])]
+        for name in ("bicubic", "upsampler")
+    }
     for name, scores in quality.items():
         images = scored[name].astype(float)
         psnr = [peak_signal_noise_ratio(t, i, data_range=255) for t, i in zip(original, images)]
@@ -104,10 +107,12 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
         assert scores["ssim"] == pytest.approx(ssim, rel=1e-9), name
         bottom, top = scores["psnr_interval"]
         assert min(psnr) - 1e-9 <= bottom <= scores["psnr"] <= top <= max(psnr) + 1e-9, name
-        difference = np.subtract(psnr, bicubic_psnr)
-        assert scores["psnr_minus_bicubic"] == pytest.approx(difference.mean(), rel=1e-9, abs=1e-12), name
-        bottom, top = scores["psnr_minus_bicubic_interval"]
-        assert difference.min() - 1e-9 <= bottom <= top <= difference.max() + 1e-9, name
+        for reference, reference_psnr in references.items():  # paired differences
+            difference = np.subtract(psnr, reference_psnr)
+            mean = scores[f"psnr_minus_{reference}"]
+            assert mean == pytest.approx(difference.mean(), rel=1e-9, abs=1e-12), (name, reference)
+            bottom, top = scores[f"psnr_minus_{reference}_interval"]
+            assert difference.min() - 1e-9 <= bottom <= top <= difference.max() + 1e-9, (name, reference)
         # The share of sub-pixels other than the upsampler's estimate.
         assert scores["changed_share"] == pytest.approx(np.mean(scored[name] != scored["upsampler"])), name
     assert quality["upsampler"]["changed_share"] == 0.0
