@@ -453,7 +453,8 @@ def write_grid(args, run, low, high, outputs):
     rows = min(args.grid_rows, len(high))
     names = [name for name in outputs if name != "nearest"]  # bicubic, upsampler, the decodings
     titles = [f"low {low.shape[1]}x{low.shape[2]}"] + [
-        name.replace("model_temperature_", "model T=") for name in names
+        name.replace("model_temperature_", "model T=").replace("model_posterior_mean", "posterior mean")
+        for name in names
     ] + ["original"]
     grid = [[low[i]] + [outputs[name][i] for name in names] + [high[i]] for i in range(rows)]
     path = image_plots.image_grid(
