@@ -288,3 +288,15 @@ def test_training_pairs_are_oriented_together_in_all_eight_ways():
         np.testing.assert_array_equal(inputs["low_resolution"].numpy(), downsample(pixels, 2))
         seen.add(pixels.tobytes())
     assert len(seen) == 8
+
+
+def test_scores_of_a_model_without_upsampler_compare_with_bicubic_only():
+    rng = np.random.default_rng(0)
+    high = rng.integers(0, 256, (4, 8, 8, 1))
+    outputs = {"bicubic": np.clip(high + rng.integers(-9, 10, high.shape), 0, 255), "model_temperature_0": high // 2}
+    quality = super_resolution.score(high, outputs)
+    assert "psnr_minus_upsampler" not in quality["model_temperature_0"]
+    assert quality["model_temperature_0"]["changed_share"] is None
+    assert quality["model_temperature_0"]["psnr_minus_bicubic"] < 0 == quality["bicubic"]["psnr_minus_bicubic"]
+    table = super_resolution.quality_table(quality, {"bicubic": "bicubic", "model_temperature_0": "decoder T=0"})
+    assert len(table) == 3 and "minus bicubic" in table[0] and "upsampler" not in table[0]
