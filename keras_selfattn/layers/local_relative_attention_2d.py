@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_non_negative_int
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.relation_tables import heads_first
 from keras_selfattn.ops.relative_2d import (
     block_relative_offsets_2d,
@@ -138,13 +139,9 @@ class LocalRelativeAttention2D(LocalAttention2D):
         self.relative_width_embeddings = self._add_table("relative_width_embeddings", width)
 
     def _add_table(self, name, max_offset):
-        shape = (2 * max_offset + 1, self.key_dim)
-        if not self.heads_share_relative_embedding:
-            shape = (self.num_heads,) + shape
-        initializer = self.relative_embeddings_initializer
-        if initializer is None:
-            initializer = keras.initializers.RandomNormal(stddev=self.key_dim**-0.5)
-        return self.add_weight(name=name, shape=shape, initializer=keras.initializers.get(initializer))
+        return add_relation_table(
+            self, name, 2 * max_offset + 1, self.key_dim, self.heads_share_relative_embedding
+        )
 
     def _offset_rows(self, causal):
         """Table rows `([qh * qw, memory], [qh * qw, memory])` of each
@@ -175,9 +172,7 @@ class LocalRelativeAttention2D(LocalAttention2D):
 
     def get_config(self):
         config = super().get_config()
-        initializer = self.relative_embeddings_initializer
-        if initializer is not None:
-            initializer = keras.initializers.serialize(keras.initializers.get(initializer))
+        initializer = initializer_config(self.relative_embeddings_initializer)
         config.update(
             max_relative_position=self.max_relative_position,
             heads_share_relative_embedding=self.heads_share_relative_embedding,

@@ -9,6 +9,7 @@ from keras import backend, ops
 from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relation_graphs import (
     edge_query_logits,
@@ -195,13 +196,7 @@ class RelationalAttention(MultiHeadAttention):
             )
 
     def _add_table(self, name, depth):
-        shape = (self.num_relations, depth)
-        if not self.heads_share_relative_embedding:
-            shape = (self.num_heads,) + shape
-        initializer = self.relative_embeddings_initializer
-        if initializer is None:
-            initializer = keras.initializers.RandomNormal(stddev=self.key_dim**-0.5)
-        return self.add_weight(name=name, shape=shape, initializer=keras.initializers.get(initializer))
+        return add_relation_table(self, name, self.num_relations, depth, self.heads_share_relative_embedding)
 
     def call(
         self,
@@ -358,9 +353,7 @@ class RelationalAttention(MultiHeadAttention):
 
     def get_config(self):
         config = super().get_config()
-        initializer = self.relative_embeddings_initializer
-        if initializer is not None:
-            initializer = keras.initializers.serialize(keras.initializers.get(initializer))
+        initializer = initializer_config(self.relative_embeddings_initializer)
         config.update(
             {
                 "num_relations": self.num_relations,

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_optional_bool, check_positive_int
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relative import (
     causal_relative_logits,
@@ -227,17 +228,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             )
 
     def _add_table(self, name, depth):
-        shape = (self.num_relative_rows, depth)
-        if not self._shares_tables:
-            shape = (self.num_heads,) + shape
-        initializer = self.relative_embeddings_initializer
-        if initializer is None:
-            initializer = keras.initializers.RandomNormal(stddev=self.key_dim**-0.5)
-        return self.add_weight(
-            name=name,
-            shape=shape,
-            initializer=keras.initializers.get(initializer),
-        )
+        return add_relation_table(self, name, self.num_relative_rows, depth, self._shares_tables)
 
     def _check_cache(self, cache, query, cache_update_index):
         super()._check_cache(cache, query, cache_update_index)
@@ -459,9 +450,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def get_config(self):
         config = super().get_config()
-        initializer = self.relative_embeddings_initializer
-        if initializer is not None:
-            initializer = keras.initializers.serialize(keras.initializers.get(initializer))
+        initializer = initializer_config(self.relative_embeddings_initializer)
         config.update(
             {
                 "max_relative_position": self.max_relative_position,
