@@ -73,16 +73,11 @@ def build_parser():
 
 def released(music_data, primer):
     """`primer` (1D events) with a note-off appended for each sounding pitch."""
-    ranges = music_data.event_id_ranges()
-    on_first, on_last = ranges["note_on"]
-    off_first, _ = ranges["note_off"]
-    sounding = set()
-    for event in primer:
-        if on_first <= event <= on_last:
-            sounding.add(event - on_first)
-        elif off_first <= event < off_first + (on_last - on_first + 1):
-            sounding.discard(event - off_first)
-    return np.concatenate([primer, [off_first + pitch for pitch in sorted(sounding)]]).astype("int32")
+    from keras_selfattn.generation.note_rules import NoteRules
+
+    rules = NoteRules.from_event_ids(music_data.event_id_ranges(), music_data.MUSIC_VOCABULARY_SIZE)
+    sounding = keras.ops.convert_to_numpy(rules.sounding(np.asarray(primer, "int32")[None], len(primer)))[0]
+    return np.concatenate([primer, rules.note_off_id + np.flatnonzero(sounding)]).astype("int32")
 
 
 def primers_of(args, held_out):

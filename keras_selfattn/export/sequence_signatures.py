@@ -5,6 +5,7 @@ import tensorflow as tf
 from keras_selfattn.export import request_checks
 from keras_selfattn.generation.sampling import choose_tokens_by_row
 from keras_selfattn.generation.sequences import extend_sequence, translate_tokens
+from keras_selfattn.ops.masks import sequence_mask
 
 ROWS = request_checks.ROWS
 
@@ -32,7 +33,7 @@ def generate_endpoint(model, max_length, note_rules=None):
         settings = {name: request_checks.after(checks, value) for name, value in settings.items()}
         primer_length, max_new_tokens, temperature, top_k, top_p, seed = settings.values()
         width = tf.shape(primer)[1]
-        in_primer = tf.range(width)[None, :] < primer_length[:, None]
+        in_primer = sequence_mask(primer_length, width)
         status = request_checks.row_status([
             (tf.fill(tf.shape(seed), width < 1), "`primer` must hold at least one token a row"),
             (
@@ -69,7 +70,7 @@ def generate_endpoint(model, max_length, note_rules=None):
         tokens = extend_sequence(
             model, primer, new_columns, choose, primer_length=settings["primer_length"], note_rules=note_rules
         )
-        kept = tf.range(tf.shape(tokens)[1])[None, :] < own_length[:, None]
+        kept = sequence_mask(own_length, tf.shape(tokens)[1])
         return {"tokens": tf.where(kept & good[:, None], tokens, 0), "status": status}
 
     signature = [

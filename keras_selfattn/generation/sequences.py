@@ -12,6 +12,7 @@ from keras_selfattn.generation.sampling import (
     resolve_seed,
 )
 from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
+from keras_selfattn.ops.masks import sequence_mask
 
 START_ID = 0
 
@@ -165,8 +166,7 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
 
 def _zeros_past(tokens, lengths):
     """`tokens` with zeros from column `lengths[i]` on in row `i`."""
-    positions = ops.arange(ops.shape(tokens)[1], dtype="int32")
-    return ops.where(positions[None, :] < lengths[:, None], tokens, 0)
+    return ops.where(sequence_mask(lengths, ops.shape(tokens)[1]), tokens, 0)
 
 
 def _row_lengths(primer_length, primer):
