@@ -2,9 +2,11 @@
 samples, completions and attention, export for serving.
 
 Data: by default scikit-learn's real 8x8 digits (offline, 20% held out);
-`--dataset cifar10` or `imagenet32` reads tensorflow-datasets (downloaded or
-prepared in `--tfds_dir`); `--image_dir` any folder of PNG/JPEG files, with
-classes from sub-folder names under `--labels_from_folders`.
+`--dataset photos` patches of scikit-image's bundled photos and faces (offline,
+held out by picture); `--dataset cifar10` or `imagenet32` reads
+tensorflow-datasets (downloaded or prepared in `--tfds_dir`); `--image_dir`
+any folder of PNG/JPEG files, with classes from sub-folder names under
+`--labels_from_folders`.
 
 The run prints and writes to `--model_dir`: held-out bits/dim next to the
 uniform and pixel-histogram baselines, `samples.png` (unconditional: a grid
@@ -20,7 +22,8 @@ signatures.
 
     python recipes/image_generation.py --model_dir runs/digits --attention local_1d
     python recipes/image_generation.py --model_dir runs/digits_2d --attention local_2d --conditional
-    python recipes/image_generation.py --model_dir runs/photos --image_dir ~/photos --image_size 16
+    python recipes/image_generation.py --model_dir runs/photos --dataset photos --image_size 16 --channels 1
+    python recipes/image_generation.py --model_dir runs/mine --image_dir ~/photos --image_size 16
 """
 
 import math
@@ -56,24 +59,30 @@ def build_parser():
     data.add_argument(
         "--dataset",
         default="digits",
-        choices=("digits", "cifar10", "imagenet32"),
-        help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); cifar10, "
+        choices=("digits", "photos", "cifar10", "imagenet32"),
+        help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); photos: "
+        "--image_size patches of scikit-image's bundled photos and faces, --held_out_fraction "
+        "of the pictures held out with all their patches (offline); cifar10, "
         "imagenet32: tensorflow-datasets, prepared in --tfds_dir (held out: cifar10's test, "
         "imagenet32's validation split)",
     )
-    image_recipes.add_image_dir_flags(data, labels=True)
+    image_recipes.add_image_dir_flags(
+        data, labels=True,
+        held_out_help="--image_dir: the fraction of files held out for evaluation; photos: of the "
+        "photos and, apart, of the faces (seeded by --seed)",
+    )
     data.add_argument(
         "--image_size",
         type=harness.positive_int,
         default=32,
-        help="--image_dir: side of the square images the model generates",
+        help="--image_dir, photos: side of the square images the model generates",
     )
     data.add_argument(
         "--channels",
         type=int,
         choices=(1, 3),
         default=3,
-        help="--image_dir: 1 grey or 3 RGB",
+        help="--image_dir, photos: 1 grey or 3 RGB",
     )
     data.add_argument(
         "--max_images",
@@ -137,6 +146,8 @@ def load(args, run):
         run.log("embedded default: scikit-learn's 8x8 digits, 20% held out")
         train, test = digits(seed=args.seed)
         return train, test, [str(i) for i in range(10)]
+    if args.dataset == "photos":
+        return photo_patches(args, run)
     held_out_limit = None if args.max_images is None else max(1, args.max_images // 5)
     train = image_recipes.tfds_or_usage_error(args, run, args.dataset, "train", None, args.max_images, 3)
     test = image_recipes.tfds_or_usage_error(
@@ -144,6 +155,19 @@ def load(args, run):
     )
     labels = train[1]
     return train, test, [] if labels is None else [str(i) for i in range(int(labels.max()) + 1)]
+
+
+def photo_patches(args, run):
+    """The `photos` split: patches held out by the picture they were cut from."""
+    from keras_selfattn.data.images.patches import split_by_source, source_pictures
+
+    pictures = source_pictures(args.channels)
+    train, test = split_by_source(pictures, args.image_size, args.held_out_fraction, args.seed)
+    run.log(
+        f"embedded photos: {len(train)} training and {len(test)} held-out {args.image_size} x "
+        f"{args.image_size} patches of {len(pictures)} scikit-image pictures, held out by picture"
+    )
+    return (train.pixels, None), (test.pixels, None), []
 
 
 def model_inputs(pixels, labels, conditional):

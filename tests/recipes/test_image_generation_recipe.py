@@ -199,6 +199,26 @@ def test_digits_run_relative_local_2d(tmp_path):
     assert (tmp_path / "samples.png").is_file() and (tmp_path / "attention.png").is_file()
 
 
+def test_photos_run_holds_out_whole_pictures(tmp_path):
+    from keras_selfattn.data.images.patches import held_out_sources, picture_patches, source_pictures
+
+    argv = ["--model_dir", str(tmp_path), "--dataset", "photos", "--image_size", "8", "--channels", "1",
+            "--held_out_fraction", "0.25", "--samples", "1", "--completions", "1", *TINY]
+    report, printed = _main(argv)
+    pictures = source_pictures(1)
+    held_out = held_out_sources(list(pictures), 0.25, seed=0)
+    patches = {name: picture_patches(name, picture, 8) for name, picture in pictures.items()}
+    train = np.concatenate([p for name, p in patches.items() if name not in held_out])
+    test = np.concatenate([patches[name] for name in held_out])
+    assert report["data"] == {"source": "photos", "train_images": len(train), "held_out_images": len(test)}
+    assert "held out by picture" in printed
+    histogram = np.bincount(train.ravel(), minlength=256) + 1.0
+    expected = -np.mean(np.log2(histogram[test.ravel()] / histogram.sum()))
+    assert report["pixel_histogram_bits_per_dim"] == pytest.approx(expected)
+    with pytest.raises(image_generation.harness.UsageError, match="--conditional needs class labels"):
+        _main([*argv, "--conditional"])
+
+
 def test_bad_flags_are_clear_errors(tmp_path, image_dir):
     with pytest.raises(image_generation.harness.UsageError, match="--labels_from_folders reads classes"):
         image_generation.parse_args(["--model_dir", str(tmp_path), "--labels_from_folders"])
