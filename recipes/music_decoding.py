@@ -5,7 +5,7 @@ the held-out performances'.
 The primers are `--primers` windows of `--primer_events` events spread evenly
 over the held-out performances (the music recipe's data flags pick them), continued
 by `--generate_events` events at `--temperature`, the same seed for every
-setting. The settings:
+setting. The settings (at `--temperature` unless named):
 
 - `top_p 0.95`: the music recipe's sampling, the model's logits as they are;
 - `top_p 1.0`: no truncation (does top-p cut away the rare note-offs?);
@@ -13,7 +13,8 @@ setting. The settings:
   released (note-offs appended), so none is left open at the cut;
 - `note rules`: top_p 0.95, each step may release only a sounding pitch and
   strike only a silent one (`continue_sequence(note_event_ids=...)`);
-- `note rules, top_p 1.0`.
+- `note rules, top_p 1.0`;
+- `note rules, temp. 0.9` and `0.8`: the rules at a lower temperature.
 
 Statistics (keras_selfattn.data.music.performance_statistics): median note
 length, share of notes over 2 s, mean and 95th-percentile polyphony, notes
@@ -44,13 +45,15 @@ STATISTICS = [
     ("share_of_note_offs_closing_a_note", "offs closing"),
     ("share_of_note_ons_on_a_sounding_pitch", "ons on sounding"),
 ]
-# (name, top_p, release the primer's notes, note rules)
+# (name, top_p, release the primer's notes, note rules, temperature; None: --temperature)
 SETTINGS = [
-    ("top_p 0.95", 0.95, False, False),
-    ("top_p 1.0", 1.0, False, False),
-    ("primer released", 0.95, True, False),
-    ("note rules", 0.95, False, True),
-    ("note rules, top_p 1.0", 1.0, False, True),
+    ("top_p 0.95", 0.95, False, False, None),
+    ("top_p 1.0", 1.0, False, False, None),
+    ("primer released", 0.95, True, False, None),
+    ("note rules", 0.95, False, True, None),
+    ("note rules, top_p 1.0", 1.0, False, True, None),
+    ("note rules, temp. 0.9", 0.95, False, True, 0.9),
+    ("note rules, temp. 0.8", 0.95, False, True, 0.8),
 ]
 
 
@@ -66,7 +69,7 @@ def build_parser():
         "--generate_events", type=harness.positive_int, default=1024, help="events added to each primer"
     )
     study.add_argument(
-        "--temperature", type=harness.non_negative_float, default=1.0, help="softmax temperature of every setting"
+        "--temperature", type=harness.non_negative_float, default=1.0, help="softmax temperature of the settings that name none"
     )
     return parser
 
@@ -91,7 +94,7 @@ def primers_of(args, held_out):
     return [np.asarray(windows[i][0][windows[i][1] : windows[i][1] + length], "int32") for i in chosen]
 
 
-def continue_all(args, model, music_data, primers, top_p, note_rules):
+def continue_all(args, model, music_data, primers, top_p, note_rules, temperature):
     """The continuations `[(primer, tokens)]`, one batch for all primers."""
     from keras_selfattn.generation import continue_sequence
 
@@ -99,7 +102,7 @@ def continue_all(args, model, music_data, primers, top_p, note_rules):
     width = int(lengths.max())
     padded = np.stack([np.pad(p, (0, width - len(p))) for p in primers])
     tokens = continue_sequence(
-        model, padded, args.generate_events, primer_length=lengths, temperature=args.temperature, top_p=top_p,
+        model, padded, args.generate_events, primer_length=lengths, temperature=temperature, top_p=top_p,
         seed=args.seed, note_event_ids=music_data.event_id_ranges() if note_rules else None,
     )
     tokens = keras.ops.convert_to_numpy(tokens)
@@ -130,10 +133,11 @@ def main(argv=None):
     primers = primers_of(args, held_out)
     held_out_statistics = music_data.performance_statistics(held_out)
     rows = []
-    for name, top_p, release, note_rules in SETTINGS:
+    for name, top_p, release, note_rules, temperature in SETTINGS:
         run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events ...")
         own_primers = [released(music_data, p) for p in primers] if release else primers
-        pieces = continue_all(args, model, music_data, own_primers, top_p, note_rules)
+        temperature = args.temperature if temperature is None else temperature
+        pieces = continue_all(args, model, music_data, own_primers, top_p, note_rules, temperature)
         statistics = music_data.performance_statistics(
             [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
         )
