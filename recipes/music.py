@@ -94,8 +94,9 @@ def build_parser():
         "--preset",
         default="tiny",
         choices=sorted(MUSIC_PRESETS),
-        help="model size: tiny (2 layers, width 64; CPU minutes) or maestro (Magenta's "
-        "MAESTRO configuration: 8 layers, width 384, 8 heads)",
+        help="model size: tiny (2 layers, width 64; CPU minutes), small (4 layers, width 128; "
+        "an hour on one CPU core) or maestro (Magenta's MAESTRO configuration: 8 layers, width "
+        "384, 8 heads)",
     )
     model.add_argument(
         "--timing_signal",

@@ -84,6 +84,11 @@ def test_presets_follow_the_papers():
     music_attention = music.get_layer("decoder_block_7").self_attention
     assert music_attention.max_relative_position == 1024
     assert music.get_layer("decoder_block_0").feedforward_dim == 1024
+    small = music_transformer(390, preset="small")
+    assert [layer.name for layer in small.layers if layer.name.startswith("decoder_block_")][-1] == "decoder_block_3"
+    assert small.get_layer("decoder_block_3").self_attention.max_relative_position == 128
+    assert small.get_layer("decoder_block_3").feedforward_dim == 512
+    assert small.get_layer("target_embedding").output_dim == 128
 
 
 @pytest.mark.parametrize(
