@@ -69,7 +69,8 @@ def build_parser():
         "--generate_events", type=harness.positive_int, default=1024, help="events added to each primer"
     )
     study.add_argument(
-        "--temperature", type=harness.non_negative_float, default=1.0, help="softmax temperature of the settings that name none"
+        "--temperature", type=harness.non_negative_float, default=1.0,
+        help="softmax temperature of the settings that do not set their own",
     )
     return parser
 
