@@ -4,6 +4,7 @@ import pytest
 from keras import ops
 
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.blocking_2d import padded_grid_shape
 from tests.layer_testing import jit, run_layer_test
@@ -11,6 +12,11 @@ from tests.references import backend_gradients
 
 # Distinct primes (batch 2): no axis can pass for another.
 HEADS, KEY_DIM, CHANNELS = 3, 5, 11
+# The tests of block-raster order, caching and Keras's layer contract that
+# hold for every local 2D layer run on each of these.
+LOCAL_2D_LAYERS = pytest.mark.parametrize(
+    "layer_class", [LocalAttention2D, LocalRelativeAttention2D], ids=["local_2d", "relative_local_2d"]
+)
 
 
 def images(height, width, batch=2, seed=0, channels=CHANNELS):
@@ -170,13 +176,14 @@ def test_a_block_covering_the_image_is_global_attention(query_shape):
     np.testing.assert_allclose(output, dense_reference(layer, image, causal), atol=1e-5)
 
 
+@LOCAL_2D_LAYERS
 @pytest.mark.parametrize(
     "height, width, query_shape, memory_flange", [(4, 6, (2, 3), (1, 2)), (5, 5, (2, 2), (2, 1))]
 )
 def test_changing_a_later_pixel_changes_no_earlier_output(
-    height, width, query_shape, memory_flange
+    layer_class, height, width, query_shape, memory_flange
 ):
-    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
+    layer = layer_class(HEADS, KEY_DIM, query_shape, memory_flange)
     image = images(height, width)
     before = numpy(layer(image, use_causal_mask=True))
     order = block_raster_order(height, width, query_shape)
@@ -223,9 +230,10 @@ def test_cached_loop_equals_full_masked_pass(height, width, query_shape, memory_
     np.testing.assert_allclose(cached_loop(layer, image), full, atol=1e-5)
 
 
-def test_compiled_cached_step_with_tensor_index():
-    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(4, 5))
-    image = images(4, 5)
+@LOCAL_2D_LAYERS
+def test_compiled_cached_step_with_tensor_index(layer_class):
+    layer = layer_class(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(4, 7))
+    image = images(4, 7)
     full = numpy(layer(image, use_causal_mask=True))
     step = jit(
         lambda pixel, cache, index: layer(
@@ -240,15 +248,11 @@ def test_compiled_cached_step_with_tensor_index():
     np.testing.assert_allclose(looped, full, atol=1e-5)
 
 
-def test_layer_helper_masked_with_value(tmp_path):
+@LOCAL_2D_LAYERS
+def test_layer_helper_masked_with_value(layer_class, tmp_path):
     run_layer_test(
-        LocalAttention2D,
-        dict(
-            num_heads=HEADS,
-            key_dim=KEY_DIM,
-            query_shape=(2, 3),
-            memory_flange=(1, 2),
-        ),
+        layer_class,
+        dict(num_heads=HEADS, key_dim=KEY_DIM, query_shape=(2, 3), memory_flange=(1, 2)),
         {"query": images(7, 13), "value": images(7, 13, seed=1, channels=17)},
         tmp_path,
         call_kwargs={"use_causal_mask": True},

@@ -2,25 +2,11 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
-from test_local_attention_2d import block_raster_order, cached_loop, local_mask
+from test_local_attention_2d import CHANNELS, HEADS, KEY_DIM, cached_loop, images, local_mask, numpy
 
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
-from keras_selfattn.ops.blocking_2d import block_raster_index
-from tests.layer_testing import jit, run_layer_test
+from tests.layer_testing import run_layer_test
 from tests.references import backend_gradients
-
-# Batch 2 and these: distinct, and no image side below equals one of them.
-HEADS, KEY_DIM, CHANNELS = 3, 5, 11
-
-
-def images(height, width, batch=2, seed=0, channels=CHANNELS):
-    return (
-        np.random.default_rng(seed).normal(size=(batch, height, width, channels)).astype("float32")
-    )
-
-
-def numpy(x):
-    return ops.convert_to_numpy(x)
 
 
 def pixel_offsets(height, width):
@@ -247,50 +233,6 @@ def test_cached_loop_equals_full_masked_pass(height, width, query_shape, memory_
     image = images(height, width)
     full = numpy(layer(image, use_causal_mask=True))
     np.testing.assert_allclose(cached_loop(layer, image), full, atol=1e-5)
-
-
-def test_compiled_cached_step_with_tensor_index():
-    layer = LocalRelativeAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(4, 7))
-    image = images(4, 7)
-    full = numpy(layer(image, use_causal_mask=True))
-    step = jit(
-        lambda pixel, cache, index: layer(
-            pixel, cache=cache, cache_update_index=index, use_causal_mask=True
-        )
-    )
-    looped = cached_loop(
-        layer,
-        image,
-        lambda pixel, cache, index: step(pixel, cache, ops.convert_to_tensor(index, "int32")),
-    )
-    np.testing.assert_allclose(looped, full, atol=1e-5)
-
-
-def test_changing_a_later_pixel_changes_no_earlier_output():
-    height, width, query_shape = 4, 7, (2, 3)
-    layer = LocalRelativeAttention2D(HEADS, KEY_DIM, query_shape, (1, 2))
-    image = images(height, width)
-    before = numpy(layer(image, use_causal_mask=True))
-    order = block_raster_order(height, width, query_shape)
-    row, column, _ = order[len(order) // 2]
-    changed = image.copy()
-    changed[:, row, column] += 3.0
-    after = numpy(layer(changed, use_causal_mask=True))
-    for earlier_row, earlier_column, _ in order[: len(order) // 2]:
-        np.testing.assert_array_equal(
-            after[:, earlier_row, earlier_column], before[:, earlier_row, earlier_column]
-        )
-    assert int(block_raster_index(row, column, 9, query_shape)) == order[len(order) // 2][2]
-
-
-def test_layer_helper_masked_with_value(tmp_path):
-    run_layer_test(
-        LocalRelativeAttention2D,
-        dict(num_heads=HEADS, key_dim=KEY_DIM, query_shape=(2, 3), memory_flange=(1, 2)),
-        {"query": images(7, 13), "value": images(7, 13, seed=1, channels=17)},
-        tmp_path,
-        call_kwargs={"use_causal_mask": True},
-    )
 
 
 def test_layer_helper_unmasked_per_head_tables_dropout_and_output_shape(tmp_path):
