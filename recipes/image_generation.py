@@ -159,13 +159,13 @@ def load(args, run):
 
 def photo_patches(args, run):
     """The `photos` split: patches held out by the picture they were cut from."""
-    from keras_selfattn.data.images.patches import split_by_source, source_pictures
+    from keras_selfattn.data.images.patches import embedded_patches
 
-    pictures = source_pictures(args.channels)
-    train, test = split_by_source(pictures, args.image_size, args.held_out_fraction, args.seed)
+    train, test = embedded_patches(args.image_size, args.channels, args.held_out_fraction, args.seed)
+    pictures = len(set(train.sources) | set(test.sources))
     run.log(
         f"embedded photos: {len(train)} training and {len(test)} held-out {args.image_size} x "
-        f"{args.image_size} patches of {len(pictures)} scikit-image pictures, held out by picture"
+        f"{args.image_size} patches of {pictures} scikit-image pictures, held out by picture"
     )
     return (train.pixels, None), (test.pixels, None), []
 

@@ -27,6 +27,8 @@ the end of its primer. Writes `report.json` and one MIDI file per setting
     python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/decoding
 """
 
+from typing import NamedTuple
+
 from common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
@@ -45,15 +47,24 @@ STATISTICS = [
     ("share_of_note_offs_closing_a_note", "offs closing"),
     ("share_of_note_ons_on_a_sounding_pitch", "ons on sounding"),
 ]
-# (name, top_p, release the primer's notes, note rules, temperature; None: --temperature)
+
+
+class Setting(NamedTuple):
+    name: str
+    top_p: float
+    release_primer: bool  # note-offs appended for the primer's sounding notes
+    note_rules: bool
+    temperature: float | None = None  # None: --temperature
+
+
 SETTINGS = [
-    ("top_p 0.95", 0.95, False, False, None),
-    ("top_p 1.0", 1.0, False, False, None),
-    ("primer released", 0.95, True, False, None),
-    ("note rules", 0.95, False, True, None),
-    ("note rules, top_p 1.0", 1.0, False, True, None),
-    ("note rules, temp. 0.9", 0.95, False, True, 0.9),
-    ("note rules, temp. 0.8", 0.95, False, True, 0.8),
+    Setting("top_p 0.95", 0.95, False, False),
+    Setting("top_p 1.0", 1.0, False, False),
+    Setting("primer released", 0.95, True, False),
+    Setting("note rules", 0.95, False, True),
+    Setting("note rules, top_p 1.0", 1.0, False, True),
+    Setting("note rules, temp. 0.9", 0.95, False, True, 0.9),
+    Setting("note rules, temp. 0.8", 0.95, False, True, 0.8),
 ]
 
 
@@ -95,16 +106,18 @@ def primers_of(args, held_out):
     return [np.asarray(windows[i][0][windows[i][1] : windows[i][1] + length], "int32") for i in chosen]
 
 
-def continue_all(args, model, music_data, primers, top_p, note_rules, temperature):
-    """The continuations `[(primer, tokens)]`, one batch for all primers."""
+def continue_all(args, model, music_data, primers, setting):
+    """The continuations `[(primer, tokens)]` under `setting`, one batch for all primers."""
     from keras_selfattn.generation import continue_sequence
 
     lengths = np.array([len(p) for p in primers], "int32")
     width = int(lengths.max())
     padded = np.stack([np.pad(p, (0, width - len(p))) for p in primers])
     tokens = continue_sequence(
-        model, padded, args.generate_events, primer_length=lengths, temperature=temperature, top_p=top_p,
-        seed=args.seed, note_event_ids=music_data.event_id_ranges() if note_rules else None,
+        model, padded, args.generate_events, primer_length=lengths,
+        temperature=args.temperature if setting.temperature is None else setting.temperature,
+        top_p=setting.top_p, seed=args.seed,
+        note_event_ids=music_data.event_id_ranges() if setting.note_rules else None,
     )
     tokens = keras.ops.convert_to_numpy(tokens)
     return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]
@@ -134,11 +147,11 @@ def main(argv=None):
     primers = primers_of(args, held_out)
     held_out_statistics = music_data.performance_statistics(held_out)
     rows = []
-    for name, top_p, release, note_rules, temperature in SETTINGS:
+    for setting in SETTINGS:
+        name = setting.name
         run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events ...")
-        own_primers = [released(music_data, p) for p in primers] if release else primers
-        temperature = args.temperature if temperature is None else temperature
-        pieces = continue_all(args, model, music_data, own_primers, top_p, note_rules, temperature)
+        own_primers = [released(music_data, p) for p in primers] if setting.release_primer else primers
+        pieces = continue_all(args, model, music_data, own_primers, setting)
         statistics = music_data.performance_statistics(
             [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
         )
