@@ -121,7 +121,23 @@ def build_parser():
         help="relative_local: events per local block; each block attends to itself and the "
         "block before it (default: the preset's: tiny 16, maestro 512)",
     )
-    harness.add_training_flags(parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3)
+    training = harness.add_training_flags(
+        parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3
+    )
+    training.add_argument(
+        "--learning_rate_schedule",
+        choices=("constant", "cosine"),
+        default="constant",
+        help="constant: --learning_rate throughout; cosine: a linear warmup over "
+        "--warmup_steps to --learning_rate, then a cosine decay to 0 at the last step of "
+        "--epochs x --steps_per_epoch (keras.optimizers.schedules.CosineDecay)",
+    )
+    training.add_argument(
+        "--warmup_steps",
+        type=harness.non_negative_int,
+        default=0,
+        help="cosine schedule: steps of its linear warmup from 0",
+    )
     generation = parser.add_argument_group("continuation")
     generation.add_argument(
         "--primer_events",
@@ -216,11 +232,29 @@ def build_model(args, vocab_size, pad_id):
             f"--attention / --max_relative_position / --block_length: {error}"
         ) from None
     model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate(args), beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
         metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
     )
     return model
+
+
+def learning_rate(args):
+    """`--learning_rate`, or its cosine schedule over the run's steps."""
+    if args.learning_rate_schedule == "constant":
+        return args.learning_rate
+    total_steps = args.epochs * args.steps_per_epoch
+    if args.warmup_steps >= total_steps:
+        raise harness.UsageError(
+            f"--warmup_steps must be below --epochs x --steps_per_epoch ({total_steps}). "
+            f"Received: {args.warmup_steps}"
+        )
+    warmup = dict(warmup_target=args.learning_rate, warmup_steps=args.warmup_steps) if args.warmup_steps else {}
+    return keras.optimizers.schedules.CosineDecay(
+        0.0 if args.warmup_steps else args.learning_rate,
+        decay_steps=total_steps - args.warmup_steps,
+        **warmup,
+    )
 
 
 def nll_per_event(model, chunks, batch_size):

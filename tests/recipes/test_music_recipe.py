@@ -233,6 +233,7 @@ def test_interrupted_run_resumes_from_its_backup(midi_dir, data_dir, tmp_path):
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
         "--primer_events", "16", "--generate_events", "4", *TINY,
+        "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
     ]
     interrupt = _Interrupt()
     with pytest.raises(RuntimeError, match="killed after epoch 1"):
@@ -248,6 +249,24 @@ def test_interrupted_run_resumes_from_its_backup(midi_dir, data_dir, tmp_path):
     for restored, saved in zip(start.weights, interrupt.weights):
         np.testing.assert_array_equal(restored, saved)
     assert not (tmp_path / "backup").exists()
+    optimizer = keras.models.load_model(tmp_path / "music.keras").optimizer
+    assert int(optimizer.iterations) == 6  # the schedule resumed at step 3 of 6
+    assert float(optimizer.learning_rate) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_cosine_schedule_warms_up_then_falls_to_zero_at_the_last_step():
+    args = music.parse_args(
+        ["--model_dir", "unused", "--learning_rate", "2e-3", "--learning_rate_schedule", "cosine",
+         "--warmup_steps", "4", "--epochs", "3", "--steps_per_epoch", "8"]
+    )
+    schedule = music.learning_rate(args)
+    steps = np.arange(25)
+    decay = np.clip(steps - 4, 0, 20) / 20
+    expected = np.where(steps < 4, 2e-3 * steps / 4, 2e-3 * 0.5 * (1 + np.cos(np.pi * decay)))
+    np.testing.assert_allclose([float(schedule(step)) for step in steps], expected, rtol=1e-5, atol=1e-10)
+    args.warmup_steps = 24
+    with pytest.raises(music.harness.UsageError, match="--warmup_steps must be below .* \\(24\\)"):
+        music.learning_rate(args)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
