@@ -2,9 +2,10 @@
 under several decoding settings and tables each one's note statistics beside
 the held-out performances'.
 
-The primers are `--primers` windows of `--primer_events` events spread evenly
-over the held-out performances (the music recipe's data flags pick them), continued
-by `--generate_events` events at `--temperature`, the same seed for every
+The primers are the first `--primer_events` events of `--primers` windows of
+`--primer_events + --generate_events` events spread evenly over the held-out
+performances (the music recipe's data flags pick them), continued by
+`--generate_events` events at `--temperature`, the same seed for every
 setting. The settings (at `--temperature` unless named):
 
 - `top_p 0.95`: the music recipe's sampling, the model's logits as they are;
@@ -20,7 +21,9 @@ Statistics (keras_selfattn.data.music.performance_statistics): median note
 length, share of notes over 2 s, mean and 95th-percentile polyphony, notes
 per second, the share of note-offs that close a sounding note and of
 note-ons struck on a sounding pitch; each continuation's notes counted from
-the end of its primer. Writes `report.json` and one MIDI file per setting
+the end of its primer. Beside the whole held-out data, two reference rows:
+the windows' own held-out continuations, counted the same way, and the
+training performances. Writes `report.json` and one MIDI file per setting
 (the first primer's continuation) to `--model_dir`.
 
     python recipes/music.py --model_dir runs/demo ...   # train first
@@ -95,15 +98,31 @@ def released(music_data, primer):
     return np.concatenate([primer, rules.note_off_id + np.flatnonzero(sounding)]).astype("int32")
 
 
-def primers_of(args, held_out):
-    """`--primers` windows of `--primer_events` held-out events, evenly
-    spread over the non-overlapping windows of every held-out performance."""
-    length = args.primer_events
-    windows = [(p, start) for p in held_out for start in range(0, len(p) - length + 1, length)]
-    if not windows:
-        raise harness.UsageError(f"--primer_events {length}: no held-out performance is that long")
-    chosen = np.unique(np.linspace(0, len(windows) - 1, args.primers).round().astype(int))
-    return [np.asarray(windows[i][0][windows[i][1] : windows[i][1] + length], "int32") for i in chosen]
+def held_out_windows(args, held_out):
+    """`--primers` held-out windows of `--primer_events + --generate_events`
+    events (a primer and what the performance played next), starting every
+    `--primer_events` events of every held-out performance, evenly spread."""
+    length = args.primer_events + args.generate_events
+    starts = [(p, start) for p in held_out for start in range(0, len(p) - length + 1, args.primer_events)]
+    if not starts:
+        raise harness.UsageError(
+            f"--primer_events + --generate_events ({length}): no held-out performance is that long"
+        )
+    chosen = np.unique(np.linspace(0, len(starts) - 1, args.primers).round().astype(int))
+    return [np.asarray(starts[i][0][starts[i][1] : starts[i][1] + length], "int32") for i in chosen]
+
+
+def reference_statistics(args, music_data, windows, train):
+    """The rows the settings are read against: the primers' own held-out
+    continuations (counted from the end of each primer, as the settings'
+    are), and the training performances (what a model that learned them
+    but not the primer's style would play)."""
+    return [
+        ("held-out continuations", music_data.performance_statistics(
+            windows, starts=[args.primer_events] * len(windows)
+        )),
+        ("training data", music_data.performance_statistics(train)),
+    ]
 
 
 def continue_all(args, model, music_data, primers, setting):
@@ -123,13 +142,13 @@ def continue_all(args, model, music_data, primers, setting):
     return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]
 
 
-def log_table(run, rows, held_out):
+def log_table(run, rows, references, held_out):
     header = f"{'setting':24s}" + "".join(f"{label:>16s}" for _, label in STATISTICS)
     run.log(header)
-    for name, statistics in [*rows, ("held out", held_out)]:
+    for name, statistics in [*rows, *references, ("held out", held_out)]:
         run.log(f"{name:24s}" + "".join(f"{statistics[key]:16.3f}" for key, _ in STATISTICS))
     run.log("ratio to held out:       " + "  ".join(label for key, label in STATISTICS if key in RATIO_KEYS))
-    for name, statistics in rows:
+    for name, statistics in [*rows, *references]:
         ratios = [statistics[key] / held_out[key] if held_out[key] else float("nan") for key in RATIO_KEYS]
         run.log(f"{name:24s}" + "".join(f"{ratio:16.2f}" for ratio in ratios))
 
@@ -143,8 +162,9 @@ def main(argv=None):
         model = keras.models.load_model(args.model)
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
-    _, held_out, _ = music.load_performances(args, run, music_data)
-    primers = primers_of(args, held_out)
+    train, held_out, _ = music.load_performances(args, run, music_data)
+    windows = held_out_windows(args, held_out)
+    primers = [window[: args.primer_events] for window in windows]
     held_out_statistics = music_data.performance_statistics(held_out)
     rows = []
     for setting in SETTINGS:
@@ -159,7 +179,8 @@ def main(argv=None):
         midi_path = run.path(f"{name.replace(' ', '_').replace(',', '')}.mid")
         music_data.events_to_midi(pieces[0][1], str(midi_path))
         run.wrote(f"MIDI, {name}", midi_path)
-    log_table(run, rows, held_out_statistics)
+    references = reference_statistics(args, music_data, windows, train)
+    log_table(run, rows, references, held_out_statistics)
     report = {
         "model": args.model,
         "primers": len(primers),
@@ -167,6 +188,7 @@ def main(argv=None):
         "generate_events": args.generate_events,
         "temperature": args.temperature,
         "settings": {name: statistics for name, statistics in rows},
+        "references": {name: statistics for name, statistics in references},
         "held_out": held_out_statistics,
     }
     report = run.write_report(report)

@@ -47,7 +47,7 @@ def test_every_setting_is_tabled_written_and_reported(study):
     assert json.loads((out / "report.json").read_text())["settings"] == report["settings"]
     assert report["primers"] == 3
     table = printed[printed.index("setting "):printed.index("written:")]
-    for name in [*report["settings"], "held out"]:
+    for name in [*report["settings"], *report["references"], "held out"]:
         assert f"] {name} " in table, name
     listing = printed[printed.index("written:"):].splitlines()[1:]
     assert len(listing) == len(music_decoding.SETTINGS) + 1
@@ -66,6 +66,23 @@ def test_the_rules_hold_only_where_the_setting_has_them(study):
     free = [report["settings"][name] for name, _, _, note_rules, _ in music_decoding.SETTINGS if not note_rules]
     assert max(s["share_of_note_ons_on_a_sounding_pitch"] for s in free) > 0
     assert min(s["share_of_note_offs_closing_a_note"] for s in free) < 1
+
+
+def test_references_are_the_primers_own_continuations_and_the_training_data(study):
+    out, report, _ = study
+    files = music_data.find_midi_files(out.parent / "midi")
+    (held_out,), _ = music_data.encode_performances(files["test"], out.parent / "encoded")
+    train, _ = music_data.encode_performances(files["train"], out.parent / "encoded")
+    starts = np.arange(0, len(held_out) - (24 + 64) + 1, 24)
+    chosen = starts[np.unique(np.linspace(0, len(starts) - 1, 3).round().astype(int))]
+    continuations = music_data.performance_statistics(
+        [held_out[start : start + 24 + 64] for start in chosen], starts=[24] * len(chosen)
+    )
+    assert report["references"] == {
+        "held-out continuations": continuations,
+        "training data": music_data.performance_statistics(train),
+    }
+    assert report["references"]["held-out continuations"] != report["held_out"]
 
 
 def test_a_released_primer_leaves_no_note_sounding():
