@@ -23,7 +23,9 @@ per second, the share of note-offs that close a sounding note and of
 note-ons struck on a sounding pitch; each continuation's notes counted from
 the end of its primer. Beside the whole held-out data, two reference rows:
 the windows' own held-out continuations, counted the same way, and the
-training performances. Writes `report.json` and one MIDI file per setting
+training performances. Last, how well the model releases notes: the mean
+NLL of each held-out note-off, teacher-forced over the same windows, by the
+age of the note it closes (events since its note-on). Writes `report.json` and one MIDI file per setting
 (the first primer's continuation) to `--model_dir`.
 
     python recipes/music.py --model_dir runs/demo ...   # train first
@@ -40,6 +42,7 @@ import numpy as np  # noqa: E402
 import music  # noqa: E402
 
 NAME = "music_decoding"
+AGE_BINS = (1, 16, 32, 64, 128)  # first age of each bin of the note-off table, in events
 RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
 STATISTICS = [
     ("median_note_seconds", "median note s"),
@@ -142,6 +145,49 @@ def continue_all(args, model, music_data, primers, setting):
     return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]
 
 
+def note_off_nll_by_age(music_data, windows, log_probs):
+    """How well the model releases notes, by how long they have sounded:
+    `[(first age, last age or None, note-offs, mean NLL)]`, one per
+    `AGE_BINS` bin, over the note-offs of `windows [n, length]` that close
+    a note struck in the same window (the earliest sounding one of their
+    pitch, as note-seq decodes). A note's age is the number of events from
+    its note-on to its note-off; the NLL is `-log_probs[window, t - 1, id]`
+    of the note-off at event `t` (`log_probs [n, length - 1, vocabulary]`:
+    log-probabilities of each next event, teacher-forced)."""
+    ranges = music_data.event_id_ranges()
+    ages, nlls = [], []
+    for window, window_log_probs in zip(np.asarray(windows), log_probs):
+        sounding = {}  # pitch -> note-on positions, earliest first
+        for t, event in enumerate(window.tolist()):
+            if ranges["note_on"][0] <= event <= ranges["note_on"][1]:
+                sounding.setdefault(event - ranges["note_on"][0], []).append(t)
+            elif ranges["note_off"][0] <= event <= ranges["note_off"][1]:
+                onsets = sounding.get(event - ranges["note_off"][0])
+                if onsets:
+                    ages.append(t - onsets.pop(0))
+                    nlls.append(-float(window_log_probs[t - 1, event]))
+    ages, nlls = np.asarray(ages), np.asarray(nlls)
+    rows = []
+    for first, following in zip(AGE_BINS, [*AGE_BINS[1:], None]):
+        inside = (ages >= first) & (ages < following if following else True)
+        last = following - 1 if following else None
+        rows.append((first, last, int(inside.sum()), float(nlls[inside].mean()) if inside.any() else float("nan")))
+    return rows
+
+
+def held_out_log_probs(model, windows, batch_size=8):
+    """Teacher-forced log-probabilities of each window's next events."""
+    logits = model.predict(np.stack(windows)[:, :-1], batch_size=batch_size, verbose=0)
+    return keras.ops.convert_to_numpy(keras.ops.log_softmax(logits, axis=-1))
+
+
+def log_release_table(run, by_age):
+    run.log("held-out note-offs by the age of the note they close (events since its note-on):")
+    for first, last, count, nll in by_age:
+        ages = f"{first}-{last}" if last is not None else f"{first}+"
+        run.log(f"  age {ages:>8s} events: {count:6d} note-offs, mean NLL {nll:.2f} nats")
+
+
 def log_table(run, rows, references, held_out):
     header = f"{'setting':24s}" + "".join(f"{label:>16s}" for _, label in STATISTICS)
     run.log(header)
@@ -181,6 +227,8 @@ def main(argv=None):
         run.wrote(f"MIDI, {name}", midi_path)
     references = reference_statistics(args, music_data, windows, train)
     log_table(run, rows, references, held_out_statistics)
+    by_age = note_off_nll_by_age(music_data, windows, held_out_log_probs(model, windows))
+    log_release_table(run, by_age)
     report = {
         "model": args.model,
         "primers": len(primers),
@@ -189,6 +237,10 @@ def main(argv=None):
         "temperature": args.temperature,
         "settings": {name: statistics for name, statistics in rows},
         "references": {name: statistics for name, statistics in references},
+        "note_off_nll_by_age": [
+            {"first_age": first, "last_age": last, "note_offs": count, "mean_nll": nll}
+            for first, last, count, nll in by_age
+        ],
         "held_out": held_out_statistics,
     }
     report = run.write_report(report)

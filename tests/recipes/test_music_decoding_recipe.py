@@ -69,7 +69,7 @@ def test_the_rules_hold_only_where_the_setting_has_them(study):
 
 
 def test_references_are_the_primers_own_continuations_and_the_training_data(study):
-    out, report, _ = study
+    out, report, printed = study
     files = music_data.find_midi_files(out.parent / "midi")
     (held_out,), _ = music_data.encode_performances(files["test"], out.parent / "encoded")
     train, _ = music_data.encode_performances(files["train"], out.parent / "encoded")
@@ -83,6 +83,25 @@ def test_references_are_the_primers_own_continuations_and_the_training_data(stud
         "training data": music_data.performance_statistics(train),
     }
     assert report["references"]["held-out continuations"] != report["held_out"]
+    assert [row["first_age"] for row in report["note_off_nll_by_age"]] == list(music_decoding.AGE_BINS)
+    assert "held-out note-offs by the age of the note they close" in printed
+
+
+def test_note_off_nll_is_binned_by_the_age_of_the_note_it_closes():
+    ranges = music_data.event_id_ranges()
+    on, off, shift = ranges["note_on"][0], ranges["note_off"][0], ranges["time_shift"][0]
+    window = [on + 3, shift, on + 5, off + 3, off + 9, on + 3, on + 3] + [shift] * 20 + [off + 5, off + 3, off + 3]
+    log_probs = -np.random.default_rng(0).uniform(0.1, 9.0, (1, len(window) - 1, music_data.MUSIC_VOCABULARY_SIZE))
+    by_age = music_decoding.note_off_nll_by_age(music_data, [np.array(window)], log_probs)
+    # off+3 at 3 closes the note-on at 0 (age 3); off+9 closes nothing; off+5 at 27
+    # closes the one at 2 (age 25); off+3 at 28 and 29 close those at 5 and 6 (age 23).
+    nll = lambda t, event: -log_probs[0, t - 1, event]  # noqa: E731
+    assert [(first, last, count) for first, last, count, _ in by_age] == [
+        (1, 15, 1), (16, 31, 3), (32, 63, 0), (64, 127, 0), (128, None, 0)
+    ]
+    assert by_age[0][3] == pytest.approx(nll(3, off + 3))
+    assert by_age[1][3] == pytest.approx(np.mean([nll(27, off + 5), nll(28, off + 3), nll(29, off + 3)]))
+    assert np.isnan(by_age[2][3])
 
 
 def test_a_released_primer_leaves_no_note_sounding():
