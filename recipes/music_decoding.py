@@ -25,8 +25,9 @@ the end of its primer. Beside the whole held-out data, two reference rows:
 the windows' own held-out continuations, counted the same way, and the
 training performances. Last, how well the model releases notes: the mean
 NLL of each held-out note-off, teacher-forced over the same windows, by the
-age of the note it closes (events since its note-on). Writes `report.json` and one MIDI file per setting
-(the first primer's continuation) to `--model_dir`.
+age of the note it closes (events since its note-on). Writes `report.json`
+and one MIDI file per setting (the first primer's continuation) to
+`--model_dir`.
 
     python recipes/music.py --model_dir runs/demo ...   # train first
     python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/decoding
@@ -120,10 +121,9 @@ def reference_statistics(args, music_data, windows, train):
     continuations (counted from the end of each primer, as the settings'
     are), and the training performances (what a model that learned them
     but not the primer's style would play)."""
+    continuations = music_data.performance_statistics(windows, starts=[args.primer_events] * len(windows))
     return [
-        ("held-out continuations", music_data.performance_statistics(
-            windows, starts=[args.primer_events] * len(windows)
-        )),
+        ("held-out continuations", continuations),
         ("training data", music_data.performance_statistics(train)),
     ]
 
@@ -147,8 +147,8 @@ def continue_all(args, model, music_data, primers, setting):
 
 def note_off_nll_by_age(music_data, windows, log_probs):
     """How well the model releases notes, by how long they have sounded:
-    `[(first age, last age or None, note-offs, mean NLL)]`, one per
-    `AGE_BINS` bin, over the note-offs of `windows [n, length]` that close
+    `[(first age, last age or None, note-offs, mean NLL or None when
+    there are none)]`, one per `AGE_BINS` bin, over the note-offs of `windows [n, length]` that close
     a note struck in the same window (the earliest sounding one of their
     pitch, as note-seq decodes). A note's age is the number of events from
     its note-on to its note-off; the NLL is `-log_probs[window, t - 1, id]`
@@ -171,7 +171,7 @@ def note_off_nll_by_age(music_data, windows, log_probs):
     for first, following in zip(AGE_BINS, [*AGE_BINS[1:], None]):
         inside = (ages >= first) & (ages < following if following else True)
         last = following - 1 if following else None
-        rows.append((first, last, int(inside.sum()), float(nlls[inside].mean()) if inside.any() else float("nan")))
+        rows.append((first, last, int(inside.sum()), float(nlls[inside].mean()) if inside.any() else None))
     return rows
 
 
@@ -185,7 +185,8 @@ def log_release_table(run, by_age):
     run.log("held-out note-offs by the age of the note they close (events since its note-on):")
     for first, last, count, nll in by_age:
         ages = f"{first}-{last}" if last is not None else f"{first}+"
-        run.log(f"  age {ages:>8s} events: {count:6d} note-offs, mean NLL {nll:.2f} nats")
+        mean = "-" if nll is None else f"{nll:.2f} nats"
+        run.log(f"  age {ages:>8s} events: {count:6d} note-offs, mean NLL {mean}")
 
 
 def log_table(run, rows, references, held_out):
