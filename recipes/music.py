@@ -249,11 +249,11 @@ def learning_rate(args):
             f"--warmup_steps must be below --epochs x --steps_per_epoch ({total_steps}). "
             f"Received: {args.warmup_steps}"
         )
-    warmup = dict(warmup_target=args.learning_rate, warmup_steps=args.warmup_steps) if args.warmup_steps else {}
     return keras.optimizers.schedules.CosineDecay(
         0.0 if args.warmup_steps else args.learning_rate,
         decay_steps=total_steps - args.warmup_steps,
-        **warmup,
+        warmup_target=args.learning_rate if args.warmup_steps else None,
+        warmup_steps=args.warmup_steps,
     )
 
 

@@ -107,13 +107,17 @@ def held_out_windows(args, held_out):
     events (a primer and what the performance played next), starting every
     `--primer_events` events of every held-out performance, evenly spread."""
     length = args.primer_events + args.generate_events
-    starts = [(p, start) for p in held_out for start in range(0, len(p) - length + 1, args.primer_events)]
-    if not starts:
+    windows = [
+        performance[start : start + length]
+        for performance in held_out
+        for start in range(0, len(performance) - length + 1, args.primer_events)
+    ]
+    if not windows:
         raise harness.UsageError(
             f"--primer_events + --generate_events ({length}): no held-out performance is that long"
         )
-    chosen = np.unique(np.linspace(0, len(starts) - 1, args.primers).round().astype(int))
-    return [np.asarray(starts[i][0][starts[i][1] : starts[i][1] + length], "int32") for i in chosen]
+    chosen = np.unique(np.linspace(0, len(windows) - 1, args.primers).round().astype(int))
+    return [np.asarray(windows[i], "int32") for i in chosen]
 
 
 def reference_statistics(args, music_data, windows, train):
@@ -147,10 +151,10 @@ def continue_all(args, model, music_data, primers, setting):
 
 def note_off_nll_by_age(music_data, windows, log_probs):
     """How well the model releases notes, by how long they have sounded:
-    `[(first age, last age or None, note-offs, mean NLL or None when
-    there are none)]`, one per `AGE_BINS` bin, over the note-offs of `windows [n, length]` that close
-    a note struck in the same window (the earliest sounding one of their
-    pitch, as note-seq decodes). A note's age is the number of events from
+    `[(first age, last age or None, note-offs, mean NLL or None when there
+    are none)]`, one per `AGE_BINS` bin, over the note-offs of `windows [n,
+    length]` that close a note struck in the same window (the earliest
+    sounding one of their pitch, as note-seq decodes). A note's age is the number of events from
     its note-on to its note-off; the NLL is `-log_probs[window, t - 1, id]`
     of the note-off at event `t` (`log_probs [n, length - 1, vocabulary]`:
     log-probabilities of each next event, teacher-forced)."""
