@@ -121,6 +121,14 @@ def build_parser():
         help="relative_local: events per local block; each block attends to itself and the "
         "block before it (default: the preset's: tiny 16, maestro 512)",
     )
+    model.add_argument(
+        "--note_state",
+        choices=("on", "off"),
+        default="on",
+        help="on: every event also sees which pitches sound after it and for how many events "
+        "(music_transformer's note_event_ids); without it the model stops releasing notes "
+        "older than a few dozen events",
+    )
     training = harness.add_training_flags(
         parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3
     )
@@ -216,7 +224,7 @@ def held_out_chunks(music_data, performances, length, limit):
 # ------------------------------------------------------------------ model
 
 
-def build_model(args, vocab_size, pad_id):
+def build_model(args, vocab_size, pad_id, note_event_ids):
     """The compiled model: Adam, cross-entropy and NLL per event that skip padding."""
     overrides = {}
     if args.timing_signal != "preset":
@@ -226,7 +234,10 @@ def build_model(args, vocab_size, pad_id):
     if args.block_length is not None:
         overrides["block_length"] = args.block_length
     try:
-        model = music_transformer(vocab_size, preset=args.preset, attention=args.attention, **overrides)
+        model = music_transformer(
+            vocab_size, preset=args.preset, attention=args.attention,
+            note_event_ids=note_event_ids if args.note_state == "on" else None, **overrides,
+        )
     except ValueError as error:
         raise harness.UsageError(
             f"--attention / --max_relative_position / --block_length: {error}"
@@ -461,9 +472,12 @@ def main(argv=None, callbacks=()):
     )
     validation = held_out_chunks(music_data, held_out, args.sequence_length, 16)
     with run.strategy.scope():
-        model = build_model(args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID)
+        model = build_model(
+            args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID, music_data.event_id_ranges()
+        )
     run.log(
-        f"{NAME} ({args.preset}, {args.attention}): {model.count_params():,} parameters; "
+        f"{NAME} ({args.preset}, {args.attention}, note state {args.note_state}): "
+        f"{model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} x "
         f"{args.sequence_length} events"
     )

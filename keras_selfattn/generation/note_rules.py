@@ -12,6 +12,7 @@ import dataclasses
 
 from keras import ops
 
+from keras_selfattn.ops.note_state import note_id_ranges, pitch_hits
 from keras_selfattn.ops.softmax import large_negative
 
 
@@ -36,26 +37,7 @@ class NoteRules:
                 than the other, overlapping it, or outside
                 `[0, vocabulary_size)`.
         """
-        try:
-            (on_first, on_last), (off_first, off_last) = (
-                tuple(int(i) for i in note_event_ids[name]) for name in ("note_on", "note_off")
-            )
-        except (KeyError, TypeError, ValueError):
-            on_first = None
-        ranges_fit = on_first is not None and (
-            0 <= on_first <= on_last < vocabulary_size
-            and 0 <= off_first <= off_last < vocabulary_size
-            and on_last - on_first == off_last - off_first
-            and (on_last < off_first or off_last < on_first)
-        )
-        if not ranges_fit:
-            raise ValueError(
-                "`note_event_ids` must map 'note_on' and 'note_off' to (first id, last id) ranges "
-                f"of one size, apart, inside the model's vocabulary [0, {vocabulary_size}) "
-                "(as keras_selfattn.data.music.event_id_ranges() gives them). "
-                f"Received: note_event_ids={note_event_ids!r}"
-            )
-        return cls(on_first, off_first, on_last - on_first + 1)
+        return cls(*note_id_ranges(note_event_ids, vocabulary_size))
 
     def sounding(self, tokens, length):
         """bool `[batch, num_pitches]`: the pitches sounding after the first
@@ -83,9 +65,7 @@ class NoteRules:
 
     def _pitch_hits(self, tokens):
         """bool `[..., num_pitches]` each: which pitch each token turns on, off."""
-        pitches = ops.arange(self.num_pitches, dtype="int32")
-        tokens = ops.cast(tokens, "int32")[..., None]
-        return ops.equal(tokens, self.note_on_id + pitches), ops.equal(tokens, self.note_off_id + pitches)
+        return pitch_hits(tokens, self.note_on_id, self.note_off_id, self.num_pitches)
 
     def _at_ids(self, by_pitch, pitch_of_id):
         """bool `[batch, vocabulary]`: `by_pitch[:, pitch_of_id[v]]` where `v`

@@ -2,8 +2,9 @@
 forward pass and by cached one-step decoding.
 
 Builders name their layers `target_embedding`, `target_position` (absent
-without an absolute position signal), `decoder_block_{i}`, `decoder_norm`
-(pre-norm models) and `logits`; encoder-decoder models add `source_embedding`,
+without an absolute position signal), `note_state` (music models that embed
+the sounding notes), `decoder_block_{i}`, `decoder_norm` (pre-norm models)
+and `logits`; encoder-decoder models add `source_embedding`,
 `source_position`, `encoder_block_{i}` and `encoder_norm`. A cached step reuses
 exactly those layers, so a loop of steps equals the full forward pass. One
 embedding shared by source and target is one layer, `source_embedding`;
@@ -25,6 +26,21 @@ def embed_tokens(embedding, tokens, position=None, cache_update_index=0):
     if position is not None:
         x = x + position(x, cache_update_index=cache_update_index)
     return x
+
+
+def embed_targets(layers, tokens, note_cache=None, cache_update_index=0):
+    """`(decoder input, note cache)`: the target tokens' embeddings and
+    position signal, plus the sounding notes' embedding where the model has
+    a `note_state` layer. With a `note_cache` (the tokens so far, which
+    that layer reads) it is returned updated; otherwise `None` comes back."""
+    x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"), cache_update_index)
+    note_state = layers.get("note_state")
+    if note_state is None:
+        return x, note_cache
+    if note_cache is None:
+        return x + note_state(tokens), None
+    notes, note_cache = note_state(tokens, cache=note_cache, cache_update_index=cache_update_index)
+    return x + notes, note_cache
 
 
 def layers_by_name(model):
@@ -56,12 +72,15 @@ def numbered_layers(layers, prefix):
 
 def initial_caches(layers, batch_size, max_length):
     """One zero self-attention cache per decoder block,
-    `[batch, 2, max_length, num_heads, key_dim]` each."""
+    `[batch, 2, max_length, num_heads, key_dim]` each, then, where the model
+    has a `note_state` layer, the tokens so far, int32 `[batch, max_length]`."""
     caches = []
     for block in numbered_layers(layers, "decoder_block_"):
         attention = block.self_attention
         shape = (batch_size, 2, max_length, attention.num_heads, attention.key_dim)
         caches.append(ops.zeros(shape, dtype=block.compute_dtype))
+    if "note_state" in layers:
+        caches.append(ops.zeros((batch_size, max_length), dtype="int32"))
     return caches
 
 
@@ -89,11 +108,9 @@ def decoder_logits(
     With caches (from `initial_caches`) it is one cached step (or a prefill
     of several positions) and returns `(logits, new_caches)`.
     """
-    x = embed_tokens(
-        layers["target_embedding"],
-        tokens,
-        layers.get("target_position"),
-        0 if cache_update_index is None else cache_update_index,
+    note_cache = caches[-1] if caches is not None and "note_state" in layers else None
+    x, note_cache = embed_targets(
+        layers, tokens, note_cache, 0 if cache_update_index is None else cache_update_index
     )
     cross = {}
     if encoder_outputs is not None:
@@ -107,7 +124,9 @@ def decoder_logits(
         new_caches.append(cache)
     norm = layers.get("decoder_norm")
     logits = layers["logits"](x if norm is None else norm(x))
-    return logits if caches is None else (logits, new_caches)
+    if caches is None:
+        return logits
+    return logits, new_caches + ([] if note_cache is None else [note_cache])
 
 
 def output_layer(vocab_size):

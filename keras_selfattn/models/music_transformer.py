@@ -4,6 +4,7 @@ import keras
 
 from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.note_state_embedding import NoteStateEmbedding
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
@@ -15,6 +16,7 @@ from keras_selfattn.models.config import (
 )
 from keras_selfattn.models.decoding import decoder_logits, output_layer
 from keras_selfattn.models.sequence_models import MusicTransformer
+from keras_selfattn.ops.note_state import note_id_ranges
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute")
 
@@ -43,7 +45,7 @@ MUSIC_PRESETS = {
 }
 
 
-def music_transformer(vocab_size, preset="maestro", **overrides):
+def music_transformer(vocab_size, preset="maestro", note_event_ids=None, **overrides):
     """Builds the decoder-only Music Transformer as a Functional model.
 
     Input `tokens` `[batch, length]` (int32 event ids; the model predicts
@@ -55,6 +57,12 @@ def music_transformer(vocab_size, preset="maestro", **overrides):
             plus reserved ids.
         preset: `"maestro"` (Magenta's MAESTRO configuration), `"small"` or
             `"tiny"`.
+        note_event_ids: `None`, or the vocabulary's note-on and note-off id
+            ranges (`keras_selfattn.data.music.event_id_ranges()`): then
+            every event also sees which pitches sound after it and for how
+            many events (`NoteStateEmbedding`, added to the token
+            embedding), which attention over short crops does not learn to
+            find for old notes.
         **overrides: hyperparameters replacing the preset's: `attention`
             (`"relative_global"`: skew relative attention over the whole
             sequence; `"relative_local"`: relative attention in local blocks
@@ -74,6 +82,11 @@ def music_transformer(vocab_size, preset="maestro", **overrides):
     check_divisible_width(config["hidden_dim"], config["num_heads"])
     _check_local_distances(config)
     layers = {"target_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="target_embedding")}
+    if note_event_ids is not None:
+        note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocab_size)
+        layers["note_state"] = NoteStateEmbedding(
+            note_on_id, note_off_id, num_pitches, config["hidden_dim"], name="note_state"
+        )
     if config["timing_signal"] or config["attention"] == "absolute":
         layers["target_position"] = SinusoidalPositionEncoding(name="target_position")
     for index in range(config["num_layers"]):

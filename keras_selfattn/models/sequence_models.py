@@ -12,7 +12,7 @@ import keras
 
 from keras_selfattn.models.decoding import (
     decoder_logits,
-    embed_tokens,
+    embed_targets,
     encode,
     initial_caches,
     layers_by_name,
@@ -38,7 +38,9 @@ class SequenceTransformer(FamilyModel):
 
     def initial_caches(self, batch_size, max_length):
         """One zero self-attention cache per decoder block,
-        `[batch, 2, max_length, num_heads, key_dim]` each."""
+        `[batch, 2, max_length, num_heads, key_dim]` each, then, for a model
+        that embeds the sounding notes, the tokens so far, int32 `[batch,
+        max_length]`."""
         return initial_caches(self._named_layers, batch_size, max_length)
 
     def call_with_cache(
@@ -56,7 +58,7 @@ class SequenceTransformer(FamilyModel):
         """The attention scores dict of decoder block `block` (an index;
         negative counts from the last) for the decoder inputs `tokens`."""
         layers = self._named_layers
-        x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"))
+        x, _ = embed_targets(layers, tokens)
         target, x = self._run_to_block(x, block, **encoded)
         return target(x, return_attention_scores=True, **encoded)[1]
 

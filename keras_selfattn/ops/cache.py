@@ -62,3 +62,23 @@ def read_cache(cache):
         halves = ops.reshape(cache, (2, -1) + tuple(cache.shape[3:]))
         return halves[0:1], halves[1:2]
     return cache[:, 0], cache[:, 1]
+
+
+def update_token_cache(cache, tokens, cache_update_index):
+    """`cache [batch, max_length]` with `tokens [batch, length]` written at
+    positions `cache_update_index ...` (a scatter, as `update_cache`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> cache = np.zeros((1, 4), "int32")
+    >>> np.asarray(update_token_cache(cache, np.array([[7, 8]], "int32"), 1)).tolist()
+    [[0, 7, 8, 0]]
+    """
+    batch_size, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    grid = (batch_size, length)
+    batch_ids = ops.broadcast_to(ops.arange(batch_size, dtype="int32")[:, None], grid)
+    positions = ops.arange(length, dtype="int32") + ops.cast(cache_update_index, "int32")
+    positions = ops.broadcast_to(positions[None, :], grid)
+    indices = ops.reshape(ops.stack([batch_ids, positions], axis=-1), (-1, 2))
+    return ops.scatter_update(cache, indices, ops.reshape(ops.cast(tokens, cache.dtype), (-1,)))

@@ -16,10 +16,10 @@ IMAGE_SHAPE = (4, 4, 3)
 LOW_SHAPE = (2, 2, 3)
 
 
-def music_model(attention, vocab_size=20):
+def music_model(attention, vocab_size=20, note_event_ids=None):
     return music_transformer(
         vocab_size, preset="tiny", attention=attention, key_dim=8, block_length=4,
-        max_relative_position=8, **SMALL,
+        max_relative_position=8, note_event_ids=note_event_ids, **SMALL,
     )
 
 

@@ -75,9 +75,10 @@ def _greedy_with_rules(model, primer, count):
     return tokens
 
 
+@pytest.mark.parametrize("note_state", [False, True], ids=["", "note_state_model"])
 @pytest.mark.parametrize("attention", ["relative_global", "absolute"])
-def test_greedy_continuation_with_rules_equals_the_masked_uncached_loop(attention):
-    model = sharpen(music_model(attention), factor=3.0)
+def test_greedy_continuation_with_rules_equals_the_masked_uncached_loop(attention, note_state):
+    model = sharpen(music_model(attention, note_event_ids=NOTE_EVENT_IDS if note_state else None), factor=3.0)
     primer = np.array([[2, 3, 10, 6], [4, 11, 8, 5]], "int32")  # pitches 1 and 3 left sounding
     tokens = np.asarray(continue_sequence(model, primer, 8, temperature=0, note_event_ids=NOTE_EVENT_IDS))
     np.testing.assert_array_equal(tokens, _greedy_with_rules(model, primer, 8))
@@ -94,8 +95,9 @@ def test_sampled_continuations_keep_the_rules_that_they_break_without():
         assert not any(_breaks_the_rules(row, 5) for row in ruled), settings
 
 
-def test_padded_primers_with_rules_each_continue_as_alone():
-    model = sharpen(music_model("relative_global"), factor=3.0)
+@pytest.mark.parametrize("note_state", [False, True], ids=["", "note_state_model"])
+def test_padded_primers_with_rules_each_continue_as_alone(note_state):
+    model = sharpen(music_model("relative_global", note_event_ids=NOTE_EVENT_IDS if note_state else None), factor=3.0)
     primers = [[2, 3, 10, 6, 4], [5, 10], [3, 11, 7]]
     padded = np.array([primer + [4] * (5 - len(primer)) for primer in primers], "int32")
     lengths = [len(primer) for primer in primers]

@@ -51,17 +51,42 @@ def test_translation_ignores_source_padding():
     )
 
 
+# A 30-id vocabulary with the note-ons of 8 pitches at 2-9 and their note-offs at 10-17.
+NOTE_EVENT_IDS = {"note_on": (2, 9), "note_off": (10, 17)}
+
+
+@pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
 @pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
-def test_music_cached_decoding_equals_forward_pass(attention):
-    model = music_transformer(30, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
+def test_music_cached_decoding_equals_forward_pass(attention, note_event_ids):
+    model = music_transformer(
+        30, preset="tiny", attention=attention, block_length=4, max_relative_position=8,
+        note_event_ids=note_event_ids,
+    )
     tokens = RNG.integers(0, 30, (2, 11))
     full = model(tokens)
     np.testing.assert_allclose(_cached_logits(model, tokens), full, atol=1e-5)
 
 
+def test_music_note_state_reaches_the_logits_and_survives_a_save(tmp_path):
+    model = music_transformer(30, preset="tiny", note_event_ids=NOTE_EVENT_IDS)
+    assert model.get_layer("note_state").kernel.shape == (16, 64)
+    tokens = np.array([[2, 20, 20, 20]])  # pitch 0 struck, then other events
+    released = np.array([[2, 20, 10, 20]])  # ... and released at position 2
+    before, after = np.asarray(model(tokens)), np.asarray(model(released))
+    assert not np.allclose(before[:, 2:], after[:, 2:])
+    model.save(tmp_path / "music.keras")
+    loaded = keras.saving.load_model(tmp_path / "music.keras")
+    np.testing.assert_allclose(np.asarray(loaded(released)), after, atol=1e-6)
+    assert len(loaded.initial_caches(1, 4)) == 3  # two blocks, then the tokens so far
+
+
+@pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
 @pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
-def test_music_is_causal(attention):
-    model = music_transformer(30, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
+def test_music_is_causal(attention, note_event_ids):
+    model = music_transformer(
+        30, preset="tiny", attention=attention, block_length=4, max_relative_position=8,
+        note_event_ids=note_event_ids,
+    )
     tokens = RNG.integers(0, 30, (1, 12))
     changed = tokens.copy()
     changed[0, 7] = (changed[0, 7] + 1) % 30
@@ -167,6 +192,11 @@ class TestBadInput:
     def test_width_divisible_by_heads(self):
         with pytest.raises(ValueError, match="divisible by `num_heads`"):
             transformer_translation(10, 10, preset="tiny", hidden_dim=30)
+
+
+def test_music_note_event_ids_outside_the_vocabulary_is_an_error():
+    with pytest.raises(ValueError, match=r"`note_event_ids` must map .*\[0, 12\)"):
+        music_transformer(12, preset="tiny", note_event_ids=NOTE_EVENT_IDS)
 
 
 def test_music_local_table_longer_than_its_window_is_an_error():

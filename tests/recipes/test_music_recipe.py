@@ -297,14 +297,18 @@ def test_a_local_table_longer_than_the_window_names_the_flags():
          "--max_relative_position", "64", "--preset", "tiny"]
     )
     with pytest.raises(music.harness.UsageError, match="--block_length: .*at most 2 \\* block_length = 8"):
-        music.build_model(args, 40, pad_id=0)
+        music.build_model(args, 40, pad_id=0, note_event_ids=None)
 
 
+@pytest.mark.parametrize("note_event_ids", [None, {"note_on": (2, 9), "note_off": (10, 17)}], ids=["", "note_state"])
 @pytest.mark.parametrize("attention", ["absolute", "relative_global", "relative_local"])
-def test_attention_weights_are_each_heads_causal_softmax(attention):
-    from keras_selfattn.models.decoding import embed_tokens, layers_by_name
+def test_attention_weights_are_each_heads_causal_softmax(attention, note_event_ids):
+    from keras_selfattn.models.decoding import embed_targets, layers_by_name
 
-    model = music.music_transformer(40, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
+    model = music.music_transformer(
+        40, preset="tiny", attention=attention, block_length=4, max_relative_position=8,
+        note_event_ids=note_event_ids,
+    )
     tokens = np.random.default_rng(0).integers(2, 40, 20)
     weights = music.attention_weights(model, tokens, block_index=0)
     assert weights.shape == (4, 20, 20)
@@ -312,7 +316,7 @@ def test_attention_weights_are_each_heads_causal_softmax(attention):
     assert np.all(np.triu(weights, 1) == 0), "a query attends to a later event"
     layers = layers_by_name(model)
     block = layers["decoder_block_0"]
-    x = embed_tokens(layers["target_embedding"], tokens[None], layers.get("target_position"))
+    x, _ = embed_targets(layers, tokens[None])
     h = keras.ops.convert_to_numpy(block.self_attention_input(x))[0]
     layer = block.self_attention
     if attention == "relative_local":

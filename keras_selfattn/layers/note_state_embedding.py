@@ -1,0 +1,106 @@
+"""Learned embedding of which notes sound after each performance event."""
+
+import keras
+from keras import ops
+
+from keras_selfattn.ops.cache import update_token_cache
+from keras_selfattn.ops.note_state import note_state
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class NoteStateEmbedding(keras.layers.Layer):
+    """Embeds the sounding pitches and their ages after each event token.
+
+    For each token, `keras_selfattn.ops.note_state` gives, per pitch,
+    whether it sounds after that token and for how many events it has; a
+    linear map (no bias) turns those `2 * num_pitches` features into
+    `output_dim` channels for the caller to add to the token embedding.
+    Without it a model must find every pitch's last note-on and note-off by
+    attention, and a Music Transformer trained on short crops stops
+    releasing notes older than a few dozen events.
+
+    Shapes: input int `[batch, length]` event ids; output `[batch, length,
+    output_dim]`. With a `cache` (int32 `[batch, max_length]`, the tokens
+    so far) the call reads every earlier token from it and returns
+    `(output, updated cache)`, so a loop of cached steps equals the full call.
+
+    Args:
+        note_on_id: the id of the lowest pitch's note-on; `num_pitches`
+            consecutive ids follow.
+        note_off_id: the same for note-offs.
+        num_pitches: how many pitches the vocabulary has.
+        output_dim: channels of the output.
+        kernel_initializer: initializer of the `[2 * num_pitches,
+            output_dim]` kernel.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        tokens: int `[batch, length]`.
+        cache: int32 `[batch, max_length]` or None.
+        cache_update_index: position of `tokens`' first column in the cache
+            (int or scalar tensor).
+
+    Example:
+
+    >>> import numpy as np
+    >>> layer = NoteStateEmbedding(note_on_id=2, note_off_id=90, num_pitches=88, output_dim=16)
+    >>> tuple(layer(np.array([[2, 50, 90]])).shape)
+    (1, 3, 16)
+    """
+
+    def __init__(
+        self, note_on_id, note_off_id, num_pitches, output_dim, kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value, lowest in (
+            ("note_on_id", note_on_id, 0),
+            ("note_off_id", note_off_id, 0),
+            ("num_pitches", num_pitches, 1),
+            ("output_dim", output_dim, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                raise ValueError(f"`{name}` must be an integer >= {lowest}. Received: {name}={value!r}")
+        if abs(note_on_id - note_off_id) < num_pitches:
+            raise ValueError(
+                f"The note-on ids [{note_on_id}, {note_on_id + num_pitches}) and note-off ids "
+                f"[{note_off_id}, {note_off_id + num_pitches}) must not overlap. Received: "
+                f"note_on_id={note_on_id}, note_off_id={note_off_id}, num_pitches={num_pitches}"
+            )
+        self.note_on_id = note_on_id
+        self.note_off_id = note_off_id
+        self.num_pitches = num_pitches
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def build(self, tokens_shape):
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(2 * self.num_pitches, self.output_dim),
+            initializer=self.kernel_initializer,
+        )
+
+    def call(self, tokens, cache=None, cache_update_index=0):
+        ids = (self.note_on_id, self.note_off_id, self.num_pitches)
+        if cache is None:
+            return self._embed(note_state(tokens, *ids))
+        cache = update_token_cache(cache, tokens, cache_update_index)
+        state = note_state(cache, *ids, start=cache_update_index, length=ops.shape(tokens)[1])
+        return self._embed(state), cache
+
+    def _embed(self, state):
+        return ops.matmul(ops.cast(state, self.compute_dtype), ops.cast(self.kernel, self.compute_dtype))
+
+    def compute_output_shape(self, tokens_shape):
+        return tuple(tokens_shape) + (self.output_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            note_on_id=self.note_on_id,
+            note_off_id=self.note_off_id,
+            num_pitches=self.num_pitches,
+            output_dim=self.output_dim,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config

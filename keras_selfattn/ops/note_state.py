@@ -1,0 +1,127 @@
+"""Which pitches sound after each performance event, and for how long.
+
+A performance is a stream of note-on, note-off, time-shift and velocity
+events. Whether a pitch still sounds, and since how many events, is a
+function of the whole past; attention can only find it by searching for the
+pitch's last note-on and note-off. These functions compute it directly, for
+the generation rules and as an input of the Music Transformer.
+"""
+
+import math
+
+from keras import ops
+
+# Ages in events are read as log1p(age) / log1p(512): 1 for a note held 512 events.
+_AGE_SCALE = math.log1p(512)
+
+
+def note_id_ranges(note_event_ids, vocabulary_size):
+    """`(note_on_id, note_off_id, num_pitches)` from `{"note_on": (first,
+    last), "note_off": (first, last), ...}` (inclusive ids, as
+    `keras_selfattn.data.music.event_id_ranges()` gives them; other keys are
+    ignored).
+
+    Raises:
+        ValueError: when either range is missing, empty, of another size
+            than the other, overlapping it, or outside `[0, vocabulary_size)`.
+    """
+    try:
+        (on_first, on_last), (off_first, off_last) = (
+            tuple(int(i) for i in note_event_ids[name]) for name in ("note_on", "note_off")
+        )
+    except (KeyError, TypeError, ValueError):
+        on_first = None
+    ranges_fit = on_first is not None and (
+        0 <= on_first <= on_last < vocabulary_size
+        and 0 <= off_first <= off_last < vocabulary_size
+        and on_last - on_first == off_last - off_first
+        and (on_last < off_first or off_last < on_first)
+    )
+    if not ranges_fit:
+        raise ValueError(
+            "`note_event_ids` must map 'note_on' and 'note_off' to (first id, last id) ranges "
+            f"of one size, apart, inside the model's vocabulary [0, {vocabulary_size}) "
+            "(as keras_selfattn.data.music.event_id_ranges() gives them). "
+            f"Received: note_event_ids={note_event_ids!r}"
+        )
+    return on_first, off_first, on_last - on_first + 1
+
+
+def pitch_hits(tokens, note_on_id, note_off_id, num_pitches):
+    """bool `[..., num_pitches]` each: which pitch each token turns on, off."""
+    pitches = ops.arange(num_pitches, dtype="int32")
+    tokens = ops.cast(tokens, "int32")[..., None]
+    return ops.equal(tokens, note_on_id + pitches), ops.equal(tokens, note_off_id + pitches)
+
+
+def last_note_events(tokens, note_on_id, note_off_id, num_pitches, start=0, length=None):
+    """int32 `[batch, length, num_pitches]` each: the position of every
+    pitch's latest note-on, and of its latest note-off, at or before each of
+    the `length` positions from `start` (default: all) of `tokens [batch,
+    total]`; -1 where there is none yet. `start` may be a scalar tensor."""
+    on, off = pitch_hits(tokens, note_on_id, note_off_id, num_pitches)
+    positions = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :, None]
+    never = ops.full_like(positions, -1)
+    if isinstance(length, int) and length == 1:
+        # One cached step: a single reduction over the earlier positions.
+        return tuple(
+            ops.max(ops.where(hits & (positions <= start), positions, never), axis=1, keepdims=True)
+            for hits in (on, off)
+        )
+    size = (ops.shape(tokens)[0], ops.shape(tokens)[1] if length is None else length, num_pitches)
+    return tuple(
+        ops.slice(running_max(ops.where(hits, positions, never)), (0, start, 0), size) for hits in (on, off)
+    )
+
+
+def running_max(values):
+    """The running maximum of `values [batch, length, ...]` along axis 1.
+
+    Hillis and Steele's scan: log2(length) steps, each taking the maximum
+    with the values `shift` positions earlier. Unlike
+    `keras.ops.associative_scan` on TensorFlow, XLA compiles it.
+    """
+    length = ops.shape(values)[1]
+    positions = ops.reshape(ops.arange(length, dtype="int32"), (1, -1) + (1,) * (len(values.shape) - 2))
+
+    def step(shift, values):
+        earlier = ops.roll(values, shift, axis=1)
+        return shift * 2, ops.where(positions >= shift, ops.maximum(values, earlier), values)
+
+    if isinstance(length, int):
+        shift = 1
+        while shift < length:
+            shift, values = step(shift, values)
+        return values
+    return ops.while_loop(lambda shift, _: shift < length, step, (1, values))[1]
+
+
+def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=None):
+    """float32 `[batch, length, 2 * num_pitches]`: what sounds after each of
+    the `length` tokens from position `start` (default: all of them), given
+    every token of `tokens [batch, total]` before it.
+
+    The first `num_pitches` features are 1 for each sounding pitch (one
+    whose last note-on comes after its last note-off), 0 otherwise; the
+    next `num_pitches` are each sounding pitch's age in events (0 right
+    after its note-on) as `log1p(age) / log1p(512)`, and 0 for a silent one.
+    `start` may be a scalar tensor.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tokens = np.array([[5, 6, 9, 7]])  # on 0, on 1, another event, off 0
+    >>> state = np.asarray(note_state(tokens, note_on_id=5, note_off_id=7, num_pitches=2))
+    >>> state[0, :, :2].tolist()
+    [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 1.0]]
+    >>> np.round(state[0, -1, 2:] * np.log1p(512), 4).tolist() == [0.0, round(np.log1p(2), 4)]
+    True
+    """
+    last_on, last_off = last_note_events(tokens, note_on_id, note_off_id, num_pitches, start, length)
+    if length is None:
+        length = ops.shape(tokens)[1]
+    positions = ops.arange(length, dtype="int32")[None, :, None] + ops.cast(start, "int32")
+    sounding = last_on > last_off
+    age = ops.cast(positions - last_on, "float32")
+    scaled_age = ops.where(sounding, ops.log1p(age) / _AGE_SCALE, ops.zeros_like(age))
+    return ops.concatenate([ops.cast(sounding, "float32"), scaled_age], axis=-1)
