@@ -182,6 +182,33 @@ def test_generate_keeps_the_note_rules_it_was_exported_with(music, export_base):
         np.testing.assert_array_equal(ruled[row, : 3 + count], np.asarray(expected)[0], err_msg=f"row {row}")
 
 
+def test_a_note_state_model_generates_each_padded_row_as_in_process(export_base):
+    from tests.generation.generation_models import sharpen
+    from tests.generation.test_note_rules import NOTE_EVENT_IDS
+
+    model = sharpen(music_model("relative_global", note_event_ids=NOTE_EVENT_IDS), factor=2.0)
+    path = export_for_serving(model, export_base, name="music_state", max_length=16, note_event_ids=NOTE_EVENT_IDS)
+    primers = [[2, 3, 10, 6, 4], [5, 10], [3, 11, 7]]
+    inputs = _generate_inputs(
+        primer=np.array([primer + [0] * (5 - len(primer)) for primer in primers], "int32"),
+        primer_length=np.array([len(primer) for primer in primers], "int32"),
+        max_new_tokens=np.array([6, 9, 7], "int32"),
+    )
+    outputs = _call(tf.saved_model.load(path), "generate", **inputs)
+    assert outputs["status"].tolist() == [b"", b"", b""]
+    check_serving_contract(path)
+    for row, primer in enumerate(primers):
+        count = int(inputs["max_new_tokens"][row])
+        expected = continue_sequence(
+            model, np.array([primer], "int32"), count, temperature=float(inputs["temperature"][row]),
+            top_k=int(inputs["top_k"][row]), top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
+            note_event_ids=NOTE_EVENT_IDS,
+        )
+        np.testing.assert_array_equal(
+            outputs["tokens"][row, : len(primer) + count], np.asarray(expected)[0], err_msg=f"row {row}"
+        )
+
+
 def test_note_event_ids_are_for_music_models_only(translation, export_base):
     model = translation[0]
     with pytest.raises(ValueError, match="`note_event_ids` is for music models only"):
