@@ -7,6 +7,7 @@ from keras_selfattn.layers import (
     LocalRelativeAttention1D,
     LocalRelativeAttention2D,
     MultiHeadAttention,
+    NoteStateEmbedding,
     PositionEmbedding,
     RelationalAttention,
     RelativeMultiHeadAttention,

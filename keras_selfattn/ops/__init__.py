@@ -28,7 +28,7 @@ from keras_selfattn.ops.blocking_2d import (
     pixel_validity,
     raster_to_block_raster,
 )
-from keras_selfattn.ops.cache import read_cache, update_cache
+from keras_selfattn.ops.cache import read_cache, update_cache, update_token_cache
 from keras_selfattn.ops.dmol import (
     DmolParams,
     dmol_negative_log_likelihood,
@@ -45,6 +45,13 @@ from keras_selfattn.ops.masks import (
     merge_masks,
     padding_attention_mask,
     sequence_mask,
+)
+from keras_selfattn.ops.note_state import (
+    last_note_events,
+    note_id_ranges,
+    note_state,
+    pitch_hits,
+    running_max,
 )
 from keras_selfattn.ops.relation_graphs import (
     edge_query_logits,

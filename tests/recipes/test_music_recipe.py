@@ -291,6 +291,15 @@ def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
         _main(argv)
 
 
+@pytest.mark.parametrize("flag,has_state", [("on", True), ("off", False)])
+def test_note_state_flag_gives_the_model_the_sounding_notes(flag, has_state):
+    from keras_selfattn.data import music as music_data
+
+    args = music.build_parser().parse_args(["--model_dir", "unused", "--note_state", flag])
+    model = music.build_model(args, music_data.MUSIC_VOCABULARY_SIZE, 0, music_data.event_id_ranges())
+    assert ("note_state" in [layer.name for layer in model.layers]) == has_state
+
+
 def test_a_local_table_longer_than_the_window_names_the_flags():
     args = music.build_parser().parse_args(
         ["--model_dir", "unused", "--attention", "relative_local", "--block_length", "4",
