@@ -258,8 +258,11 @@ def test_translate_answers_empty_and_invalid_text_in_its_status(translation, tex
     outputs = _call(loaded, "translate", text=np.array(["ich habe hunger", text, "das ist gut"], object))
     assert outputs["status"].tolist() == [b"", message.encode(), b""]
     assert outputs["translation"][1] == b"" and outputs["score"][1] == 0 and not outputs["tokens"][1].any()
-    for key in ("translation", "tokens", "score"):
+    for key in ("translation", "tokens"):
         np.testing.assert_array_equal(outputs[key][[0, 2]], good[key], err_msg=key)
+    # A batch of three runs other matrix shapes than a batch of two: the
+    # float32 scores may differ in the last bit, never more.
+    np.testing.assert_allclose(outputs["score"][[0, 2]], good["score"], rtol=1e-6)
     assert good["status"].tolist() == [b"", b""]
 
 
