@@ -12,7 +12,7 @@ import dataclasses
 
 from keras import ops
 
-from keras_selfattn.ops.note_state import note_id_ranges, pitch_hits
+from keras_selfattn.ops.note_state import last_note_events, note_id_ranges, pitch_hits
 from keras_selfattn.ops.softmax import large_negative
 
 
@@ -43,13 +43,9 @@ class NoteRules:
         """bool `[batch, num_pitches]`: the pitches sounding after the first
         `length` (an int or int `[batch]`) tokens of each row: those whose
         last note-on comes after their last note-off."""
-        positions = ops.arange(ops.shape(tokens)[1], dtype="int32")
-        inside = positions[None, :] < ops.reshape(ops.cast(length, "int32"), [-1, 1])
-        on, off = self._pitch_hits(tokens)
-        never = ops.full_like(positions[None, :, None], -1)
-        last_on = ops.max(ops.where(on & inside[..., None], positions[None, :, None], never), axis=1)
-        last_off = ops.max(ops.where(off & inside[..., None], positions[None, :, None], never), axis=1)
-        return last_on > last_off
+        ids = (self.note_on_id, self.note_off_id, self.num_pitches)
+        last_on, last_off = last_note_events(tokens, *ids, start=ops.cast(length, "int32") - 1, length=1)
+        return (last_on > last_off)[:, 0]
 
     def after(self, sounding, token):
         """`sounding` after each row plays its int `[batch]` `token`."""

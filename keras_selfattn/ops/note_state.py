@@ -58,14 +58,16 @@ def last_note_events(tokens, note_on_id, note_off_id, num_pitches, start=0, leng
     """int32 `[batch, length, num_pitches]` each: the position of every
     pitch's latest note-on, and of its latest note-off, at or before each of
     the `length` positions from `start` (default: all) of `tokens [batch,
-    total]`; -1 where there is none yet. `start` may be a scalar tensor."""
+    total]`; -1 where there is none yet. `start` may be a scalar tensor,
+    and for one position (`length=1`) also one start a row, int `[batch]`."""
     on, off = pitch_hits(tokens, note_on_id, note_off_id, num_pitches)
     positions = ops.arange(ops.shape(tokens)[1], dtype="int32")[None, :, None]
     never = ops.full_like(positions, -1)
     if isinstance(length, int) and length == 1:
         # One cached step: a single reduction over the earlier positions.
+        row_start = ops.reshape(ops.cast(start, "int32"), (-1, 1, 1))
         return tuple(
-            ops.max(ops.where(hits & (positions <= start), positions, never), axis=1, keepdims=True)
+            ops.max(ops.where(hits & (positions <= row_start), positions, never), axis=1, keepdims=True)
             for hits in (on, off)
         )
     size = (ops.shape(tokens)[0], ops.shape(tokens)[1] if length is None else length, num_pitches)
