@@ -177,9 +177,10 @@ def parse_args(argv=None):
 # ------------------------------------------------------------------- data
 
 
-def load_performances(args, run, music_data):
-    """Encoded event arrays of the training and held-out performances (the
-    test split, else the validation split: whole pieces never trained on)."""
+def load_performances(args, run, music_data, held_out_split=None):
+    """Encoded event arrays of the training and held-out performances:
+    `held_out_split` ("test" or "validation"; by default the test split, else
+    the validation split), whole pieces never trained on."""
     data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
     if args.midi_dir:
         midi_dir = Path(args.midi_dir)
@@ -190,12 +191,13 @@ def load_performances(args, run, music_data):
         splits = music_data.find_midi_files(midi_dir)
     except ValueError as error:
         raise harness.UsageError(f"--midi_dir: {error}") from None
-    held_out_split = "test" if splits["test"] else "validation"
+    wanted = held_out_split or "test or validation"
+    held_out_split = held_out_split or ("test" if splits["test"] else "validation")
     run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
     if not splits["train"] or not splits[held_out_split]:
         raise harness.UsageError(
             f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
-            f"(test or validation) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
+            f"({wanted}) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
         )
     encoded = {}
     for split in ("train", held_out_split):

@@ -17,6 +17,13 @@ setting. The settings (at `--temperature` unless named):
 - `note rules, top_p 1.0`;
 - `note rules, temp. 0.9` and `0.8`: the rules at a lower temperature.
 
+`--temperatures` and `--top_ps` replace these settings by the grid of
+note-rules settings they span. `--seeds` pools each setting's continuations
+over several sampling seeds. `--held_out validation` reads the validation
+performances instead of the test ones: choose a setting there (the one whose
+worst ratio to the held-out data is smallest is named at the end), then
+score that one setting on the test performances.
+
 Statistics (keras_selfattn.data.music.performance_statistics): median note
 length, share of notes over 2 s, mean and 95th-percentile polyphony, notes
 per second, the share of note-offs that close a sounding note and of
@@ -31,6 +38,8 @@ and one MIDI file per setting (the first primer's continuation) to
 
     python recipes/music.py --model_dir runs/demo ...   # train first
     python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/decoding
+    python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/choice \
+        --held_out validation --temperatures 0.9 1.0 --top_ps 0.95 1.0 --seeds 0 1
 """
 
 from typing import NamedTuple
@@ -81,6 +90,10 @@ def build_parser():
     data = parser.add_argument_group("data (as the music recipe's)")
     data.add_argument("--midi_dir", default=None, help="folder of MIDI files; default: the embedded MAESTRO files")
     study = parser.add_argument_group("study")
+    study.add_argument(
+        "--held_out", choices=("test", "validation"), default=None,
+        help="the held-out performances to continue and to compare with; default: test, else validation",
+    )
     study.add_argument("--primers", type=harness.positive_int, default=8, help="held-out primers, the longest first")
     study.add_argument("--primer_events", type=harness.positive_int, default=256, help="events of each primer")
     study.add_argument(
@@ -90,7 +103,39 @@ def build_parser():
         "--temperature", type=harness.non_negative_float, default=1.0,
         help="softmax temperature of the settings that do not set their own",
     )
+    study.add_argument(
+        "--seeds", type=int, nargs="+", default=None,
+        help="sampling seeds; each setting's statistics pool the continuations of all of them (default: --seed)",
+    )
+    study.add_argument(
+        "--temperatures", type=harness.positive_float, nargs="+", default=None,
+        help="a grid of note-rules settings instead of the standard ones: these temperatures "
+        "(default: --temperature), each with every --top_ps value",
+    )
+    study.add_argument(
+        "--top_ps", type=harness.probability, nargs="+", default=None,
+        help="the grid's top_p values (default: 0.95)",
+    )
     return parser
+
+
+def study_settings(args):
+    """SETTINGS, or the note-rules grid of `--temperatures` x `--top_ps`."""
+    if args.temperatures is None and args.top_ps is None:
+        return SETTINGS
+    return [
+        Setting(f"note rules, temp. {temperature:g}, top_p {top_p:g}", top_p, False, True, temperature)
+        for temperature in args.temperatures or [args.temperature]
+        for top_p in args.top_ps or [0.95]
+    ]
+
+
+def worst_ratio(statistics, held_out):
+    """How far `statistics` are from `held_out` on the RATIO_KEYS: the
+    largest of each ratio and its inverse (1.0 is equal; inf where one of
+    the two is 0)."""
+    ratios = [statistics[key] / held_out[key] if held_out[key] else float("inf") for key in RATIO_KEYS]
+    return max(max(r, 1 / r) if r else float("inf") for r in ratios)
 
 
 def released(music_data, primer):
@@ -132,7 +177,7 @@ def reference_statistics(args, music_data, windows, train):
     ]
 
 
-def continue_all(args, model, music_data, primers, setting):
+def continue_all(args, model, music_data, primers, setting, seed):
     """The continuations `[(primer, tokens)]` under `setting`, one batch for all primers."""
     from keras_selfattn.generation import continue_sequence
 
@@ -142,7 +187,7 @@ def continue_all(args, model, music_data, primers, setting):
     tokens = continue_sequence(
         model, padded, args.generate_events, primer_length=lengths,
         temperature=args.temperature if setting.temperature is None else setting.temperature,
-        top_p=setting.top_p, seed=args.seed,
+        top_p=setting.top_p, seed=seed,
         note_event_ids=music_data.event_id_ranges() if setting.note_rules else None,
     )
     tokens = keras.ops.convert_to_numpy(tokens)
@@ -194,14 +239,16 @@ def log_release_table(run, by_age):
 
 
 def log_table(run, rows, references, held_out):
-    header = f"{'setting':24s}" + "".join(f"{label:>16s}" for _, label in STATISTICS)
-    run.log(header)
+    width = max(len(name) for name, _ in [*rows, *references]) + 2
+    run.log(f"{'setting':{width}s}" + "".join(f"{label:>16s}" for _, label in STATISTICS))
     for name, statistics in [*rows, *references, ("held out", held_out)]:
-        run.log(f"{name:24s}" + "".join(f"{statistics[key]:16.3f}" for key, _ in STATISTICS))
-    run.log("ratio to held out:       " + "  ".join(label for key, label in STATISTICS if key in RATIO_KEYS))
+        run.log(f"{name:{width}s}" + "".join(f"{statistics[key]:16.3f}" for key, _ in STATISTICS))
+    labels = [label for key, label in STATISTICS if key in RATIO_KEYS] + ["worst (either way)"]
+    run.log(f"{'ratio to held out':{width}s}" + "".join(f"{label:>20s}" for label in labels))
     for name, statistics in [*rows, *references]:
         ratios = [statistics[key] / held_out[key] if held_out[key] else float("nan") for key in RATIO_KEYS]
-        run.log(f"{name:24s}" + "".join(f"{ratio:16.2f}" for ratio in ratios))
+        ratios.append(worst_ratio(statistics, held_out))
+        run.log(f"{name:{width}s}" + "".join(f"{ratio:20.2f}" for ratio in ratios))
 
 
 def main(argv=None):
@@ -213,16 +260,19 @@ def main(argv=None):
         model = keras.models.load_model(args.model)
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
-    train, held_out, _ = music.load_performances(args, run, music_data)
+    train, held_out, _ = music.load_performances(args, run, music_data, held_out_split=args.held_out)
     windows = held_out_windows(args, held_out)
     primers = [window[: args.primer_events] for window in windows]
     held_out_statistics = music_data.performance_statistics(held_out)
+    seeds = args.seeds or [args.seed]
     rows = []
-    for setting in SETTINGS:
+    for setting in study_settings(args):
         name = setting.name
-        run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events ...")
+        run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events, seeds {seeds} ...")
         own_primers = [released(music_data, p) for p in primers] if setting.release_primer else primers
-        pieces = continue_all(args, model, music_data, own_primers, setting)
+        pieces = [
+            piece for seed in seeds for piece in continue_all(args, model, music_data, own_primers, setting, seed)
+        ]
         statistics = music_data.performance_statistics(
             [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
         )
@@ -232,6 +282,9 @@ def main(argv=None):
         run.wrote(f"MIDI, {name}", midi_path)
     references = reference_statistics(args, music_data, windows, train)
     log_table(run, rows, references, held_out_statistics)
+    worst = {name: worst_ratio(statistics, held_out_statistics) for name, statistics in rows}
+    closest = min(worst, key=worst.get)
+    run.log(f"closest to the held-out data: {closest} (every ratio within {worst[closest]:.2f}x)")
     by_age = note_off_nll_by_age(music_data, windows, held_out_log_probs(model, windows))
     log_release_table(run, by_age)
     report = {
@@ -240,7 +293,10 @@ def main(argv=None):
         "primer_events": args.primer_events,
         "generate_events": args.generate_events,
         "temperature": args.temperature,
+        "seeds": seeds,
         "settings": {name: statistics for name, statistics in rows},
+        "worst_ratio": {name: ratio if np.isfinite(ratio) else None for name, ratio in worst.items()},
+        "closest_setting": closest,
         "references": {name: statistics for name, statistics in references},
         "note_off_nll_by_age": [
             {"first_age": first, "last_age": last, "note_offs": count, "mean_nll": nll}

@@ -22,7 +22,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def inputs(tmp_path_factory):
+    """`(root, argv)`: a small MIDI folder and an untrained model in `root`,
+    the study's arguments for them."""
     root = tmp_path_factory.mktemp("decoding")
     midi_dir = root / "midi"
     midi_dir.mkdir()
@@ -32,13 +34,34 @@ def study(tmp_path_factory):
     model.save(root / "music.keras")
     argv = [
         "--model", str(root / "music.keras"), "--midi_dir", str(midi_dir), "--data_dir", str(root / "data"),
-        "--model_dir", str(root / "out"), "--primers", "3", "--primer_events", "24", "--generate_events", "64",
-        "--verbose", "0",
+        "--primers", "3", "--primer_events", "24", "--generate_events", "64", "--verbose", "0",
     ]
+    return root, argv
+
+
+def _run_study(argv):
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         report = music_decoding.main(argv)
-    return root / "out", report, printed.getvalue()
+    return report, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def study(inputs):
+    root, argv = inputs
+    report, printed = _run_study([*argv, "--model_dir", str(root / "out")])
+    return root / "out", report, printed
+
+
+@pytest.fixture(scope="module")
+def grid(inputs):
+    """A grid of two temperatures and two top_p on the validation file, two seeds pooled."""
+    root, argv = inputs
+    report, printed = _run_study([
+        *argv, "--model_dir", str(root / "grid"), "--held_out", "validation",
+        "--temperatures", "0.5", "1.5", "--top_ps", "0.6", "1.0", "--seeds", "3", "4",
+    ])
+    return root, report, printed
 
 
 def test_every_setting_is_tabled_written_and_reported(study):
@@ -111,3 +134,68 @@ def test_a_released_primer_leaves_no_note_sounding():
     released = music_decoding.released(music_data, primer)
     np.testing.assert_array_equal(released[:6], primer)
     assert sorted(released[6:]) == [off + 1, off + 7]  # pitch 3 was released already
+
+
+def test_a_grid_on_the_validation_file_pools_its_seeds(inputs, grid):
+    from keras_selfattn.generation import continue_sequence
+
+    root, report, printed = grid
+    assert list(report["settings"]) == [
+        "note rules, temp. 0.5, top_p 0.6", "note rules, temp. 0.5, top_p 1",
+        "note rules, temp. 1.5, top_p 0.6", "note rules, temp. 1.5, top_p 1",
+    ]
+    assert report["seeds"] == [3, 4]
+    files = music_data.find_midi_files(root / "midi")
+    validation, _ = music_data.encode_performances(files["validation"], root / "encoded")
+    assert report["held_out"] == music_data.performance_statistics(validation)
+    windows = music_decoding.held_out_windows(
+        music_decoding.build_parser().parse_args([*inputs[1], "--model_dir", str(root / "grid")]), validation
+    )
+    model = music_decoding.keras.models.load_model(root / "music.keras")
+    pieces = [
+        np.asarray(continue_sequence(
+            model, np.stack([w[:24] for w in windows]), 64, temperature=1.5, top_p=0.6, seed=seed,
+            note_event_ids=music_data.event_id_ranges(),
+        ))
+        for seed in (3, 4)
+    ]
+    expected = music_data.performance_statistics(list(np.concatenate(pieces)), starts=[24] * 6)
+    assert report["settings"]["note rules, temp. 1.5, top_p 0.6"] == expected
+
+
+def test_the_closest_setting_has_the_smallest_worst_ratio(grid):
+    _, report, printed = grid
+    held_out = report["held_out"]
+
+    def furthest(statistics):
+        ratios = [statistics[key] / held_out[key] for key in music_decoding.RATIO_KEYS]
+        return max(max(ratio, 1 / ratio) if ratio else float("inf") for ratio in ratios)
+
+    expected = {name: furthest(statistics) for name, statistics in report["settings"].items()}
+    reported = {name: float("inf") if ratio is None else ratio for name, ratio in report["worst_ratio"].items()}
+    assert reported == pytest.approx(expected)
+    assert report["closest_setting"] == min(expected, key=expected.get)
+    assert f"closest to the held-out data: {report['closest_setting']} " in printed
+
+
+def test_the_worst_ratio_is_the_largest_either_way():
+    held_out = {"median_note_seconds": 0.2, "share_of_notes_over_2s": 0.02, "p95_polyphony": 6.0}
+    near = {"median_note_seconds": 0.25, "share_of_notes_over_2s": 0.01, "p95_polyphony": 9.0}
+    assert music_decoding.worst_ratio(near, held_out) == pytest.approx(2.0)  # 0.01 is half of 0.02
+    assert music_decoding.worst_ratio({**near, "share_of_notes_over_2s": 0.0}, held_out) == float("inf")
+    assert music_decoding.worst_ratio(held_out, held_out) == 1.0
+
+
+def test_the_held_out_split_must_be_in_the_folder(inputs, tmp_path):
+    root, argv = inputs
+    only_train = tmp_path / "midi"
+    only_train.mkdir()
+    for name in ("a.mid", "b.mid"):
+        _performance(only_train / name, root=60)
+    (only_train / "maestro-v3.0.0.csv").write_text(
+        "canonical_composer,canonical_title,split,year,midi_filename,audio_filename,duration\n"
+        "C,A,train,2018,a.mid,a.wav,14.0\nC,B,test,2018,b.mid,b.wav,14.0\n"
+    )
+    arguments = [*argv, "--midi_dir", str(only_train), "--model_dir", str(tmp_path / "out"), "--held_out", "validation"]
+    with pytest.raises(music_decoding.harness.UsageError, match=r"one held-out \(validation\) file"):
+        music_decoding.main(arguments)
