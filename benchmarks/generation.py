@@ -5,7 +5,9 @@ with XLA, otherwise it runs as a `tf.function` graph with XLA off, the way
 TensorFlow Serving runs it):
 
 1. Music: `--events` events continued from a `--primer`-event primer, per
-   preset width and batch size: `continue_sequence` (cached) against an
+   preset width, batch size and with or without the note state
+   (`note_event_ids`, the music recipe's default; its cached steps read the
+   token cache): `continue_sequence` (cached) against an
    uncached loop that re-runs the model's forward pass on the growing
    sequence and takes the argmax (t2t's fallback for relative and local
    attention). The uncached time is the mean of one pass at `--samples`
@@ -27,12 +29,14 @@ TensorFlow Serving runs it):
 """
 
 import argparse
+import itertools
 import time
 
 import numpy as np
 import tensorflow as tf
 
 from benchmarks.common import print_table
+from keras_selfattn.data.music import event_id_ranges
 from keras_selfattn.generation import continue_sequence, sample_images
 from keras_selfattn.models import image_transformer, music_transformer
 
@@ -51,14 +55,15 @@ def best_seconds(function, *args, repeats=2):
     return min(times)
 
 
-def _music_model(preset):
-    return music_transformer(VOCAB_SIZE, preset=preset, dropout=0.0)
+def _music_model(preset, note_state=False):
+    note_event_ids = event_id_ranges() if note_state else None
+    return music_transformer(VOCAB_SIZE, preset=preset, dropout=0.0, note_event_ids=note_event_ids)
 
 
 def music_table(presets, batches, events, primer_length, samples, xla):
-    rows = []
-    for preset in presets:
-        model = _music_model(preset)
+    rows, cached_without_state = [], {}
+    for preset, note_state in itertools.product(presets, (False, True)):
+        model = _music_model(preset, note_state)
         forward = tf.function(
             lambda tokens: tf.argmax(model(tokens)[:, -1], axis=-1),
             input_signature=[tf.TensorSpec((None, None), tf.int32)],
@@ -75,11 +80,16 @@ def music_table(presets, batches, events, primer_length, samples, xla):
                 for n in lengths
             ]
             uncached = float(np.mean(per_pass)) * events
-            rows.append([preset, batch, events, cached, uncached, uncached / cached])
+            if not note_state:
+                cached_without_state[preset, batch] = cached
+            rows.append([
+                preset, "on" if note_state else "off", batch, events, cached, uncached, uncached / cached,
+                cached / cached_without_state[preset, batch],
+            ])
     print_table(
         f"Music: {events} events from a {primer_length}-event primer, greedy"
         + ("  (cached: XLA)" if xla else "  (cached: graph, XLA off)"),
-        ["preset", "batch", "events", "cached s", "uncached s", "speed-up"],
+        ["preset", "note state", "batch", "events", "cached s", "uncached s", "speed-up", "cached vs off"],
         rows,
     )
 
