@@ -103,7 +103,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = np.random.rand(1, 5, 8).astype("float32")
     >>> full = ops.convert_to_numpy(layer(x, use_causal_mask=True))
-    >>> cache = np.zeros((1, 2, 5, 2, 4), "float32")
+    >>> cache = layer.initial_cache(batch_size=1, max_length=5)
     >>> for t in range(5):
     ...     step, cache = layer(x[:, t:t + 1], cache=cache,
     ...                         cache_update_index=t, use_causal_mask=True)
@@ -113,6 +113,22 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     References:
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
+
+    def initial_cache(self, batch_size, max_length):
+        """A zero cache for `max_length` positions: `[batch_size, 2,
+        max_length, num_heads, key_dim]` (keys, then values) in the layer's
+        compute dtype, ready for the first `cache_update_index=0` call.
+        Either size may be a scalar tensor (a batch size read in a graph)."""
+        for name, value in (("batch_size", batch_size), ("max_length", max_length)):
+            if isinstance(value, bool) or (isinstance(value, (int, np.integer)) and value < 1):
+                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        if self.value_dim != self.key_dim:
+            raise ValueError(
+                "A cache needs `value_dim == key_dim`. Received: "
+                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
+            )
+        shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
+        return ops.zeros(shape, dtype=self.compute_dtype)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape

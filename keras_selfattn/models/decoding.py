@@ -76,9 +76,7 @@ def initial_caches(layers, batch_size, max_length):
     has a `note_state` layer, the tokens so far, int32 `[batch, max_length]`."""
     caches = []
     for block in numbered_layers(layers, "decoder_block_"):
-        attention = block.self_attention
-        shape = (batch_size, 2, max_length, attention.num_heads, attention.key_dim)
-        caches.append(ops.zeros(shape, dtype=block.compute_dtype))
+        caches.append(block.self_attention.initial_cache(batch_size, max_length))
     if "note_state" in layers:
         caches.append(ops.zeros((batch_size, max_length), dtype="int32"))
     return caches

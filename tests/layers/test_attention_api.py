@@ -183,12 +183,27 @@ def test_cached_loop_equals_causal_pass(name):
     layer, _ = make(name)
     x = sequence()
     expected = numpy(layer(x, use_causal_mask=True))
-    cache = np.zeros((BATCH, 2, LENGTH, HEADS, KEY_DIM), "float32")
+    cache = layer.initial_cache(BATCH, LENGTH)
     for t in range(LENGTH):
         step, cache = layer(
             x[:, t : t + 1], cache=cache, cache_update_index=t, use_causal_mask=True
         )
         np.testing.assert_allclose(numpy(step)[:, 0], expected[:, t], atol=1e-5)
+
+
+@sequence_layers
+def test_initial_cache_is_zero_keys_and_values_in_the_compute_dtype(name):
+    layer, _ = make(name)
+    cache = layer.initial_cache(BATCH, LENGTH)
+    assert tuple(cache.shape) == (BATCH, 2, LENGTH, HEADS, KEY_DIM)
+    assert not numpy(cache).any()
+    config = {**SEQUENCE_LAYERS[name][0]().get_config(), "dtype": "mixed_float16"}
+    half = type(layer).from_config(config)
+    assert keras.backend.standardize_dtype(half.initial_cache(1, 3).dtype) == "float16"
+    with pytest.raises(ValueError, match="batch_size"):
+        layer.initial_cache(0, LENGTH)
+    with pytest.raises(ValueError, match="max_length"):
+        layer.initial_cache(BATCH, True)
 
 
 class TestLocalAttention2D:
