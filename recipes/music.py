@@ -1,4 +1,4 @@
-"""Music Transformer on piano performances: train, evaluate at 1x and 2x the
+"""Music Transformer on piano performances: train, evaluate at 1x, 2x and 4x the
 training length, continue a held-out piece, export for serving.
 
 Data: every .mid/.midi file under `--midi_dir` (MAESTRO's csv split honoured
@@ -8,7 +8,7 @@ miditok 3.1.0 source distribution, fetched with `pip download` into
 note-off, 10 ms time shifts, 32 velocity bins), cached on disk.
 
 The run prints and writes to `--model_dir`: the held-out NLL per event at the
-training length and at twice it (non-overlapping chunks), `continuation.mid`
+training length and at 2x and 4x it (non-overlapping chunks), `continuation.mid`
 (the first `--primer_events` of a held-out performance, then
 `--generate_events` sampled events), `piano_roll.png` (primer and
 continuation in two colours), `attention.png` (each head's attention of the
@@ -23,12 +23,11 @@ TensorBoard logs, and with `--export_dir` a SavedModel for TF Serving.
     python recipes/music.py --model_dir runs/maestro --midi_dir ~/maestro-v3.0.0 \\
         --preset maestro --sequence_length 2048 --mixed_precision --strategy mirrored
 
-The documented setting for continuations: on the embedded data they come
-within 1.5x of the held-out piece's median note length, share of notes over
-2 s and 95th-percentile polyphony (README.md gives the figures), after about
-60 minutes on one CPU core:
+The shipped model (`MusicTransformer.from_preset("maestro_small")`) was
+trained by this command, about an hour on one CPU core; its card,
+docs/models/maestro_small.md, gives its held-out figures:
 
-    python recipes/music.py --model_dir runs/small --preset small \\
+    python recipes/music.py --model_dir runs/maestro_small --preset small \\
         --attention relative_global --max_relative_position 128 --timing_signal off \\
         --sequence_length 256 --batch_size 16 --epochs 18 --steps_per_epoch 250 \\
         --learning_rate 2e-3 --learning_rate_schedule cosine --warmup_steps 250
@@ -38,6 +37,7 @@ import math
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from common import harness  # sets up the environment before Keras is imported
 
@@ -59,6 +59,7 @@ from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  #
 # (serving/models.config).
 NAME = "music"
 ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
+EVALUATION_FACTORS = (1, 2, 4)  # held-out NLL at these multiples of the training length
 
 
 def build_parser():
@@ -75,7 +76,7 @@ def build_parser():
         "--sequence_length",
         type=harness.positive_int,
         default=256,
-        help="events per training crop (the paper: 2048); evaluation also runs at twice it",
+        help="events per training crop (the paper: 2048); evaluation also runs at 2x and 4x it",
     )
     data.add_argument(
         "--augmentations",
@@ -187,20 +188,31 @@ def parse_args(argv=None):
 # ------------------------------------------------------------------- data
 
 
+class Performances(NamedTuple):
+    """Encoded event arrays by role: `held_out` is what the run reports on,
+    `monitor` what `fit` validates on (the validation split when there is one)."""
+
+    train: list
+    held_out: list
+    monitor: list
+    data_dir: Path
+
+
 def load_performances(args, run, music_data, held_out_split=None):
-    """Encoded event arrays of the training and held-out performances:
-    `held_out_split` ("test" or "validation"; by default the test split, else
-    the validation split), whole pieces never trained on."""
+    """The training, held-out and monitoring performances: `held_out_split`
+    ("test" or "validation"; by default the test split, else the validation
+    split), whole pieces never trained on."""
     data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
     if args.midi_dir:
         midi_dir = Path(args.midi_dir)
+        try:
+            splits = music_data.find_midi_files(midi_dir)
+        except ValueError as error:
+            raise harness.UsageError(f"--midi_dir: {error}") from None
     else:
         run.log(f"embedded MAESTRO default (10 performances from the miditok 3.1.0 sdist) in {data_dir}")
-        midi_dir = music_data.default_midi_dir(data_dir)
-    try:
-        splits = music_data.find_midi_files(midi_dir)
-    except ValueError as error:
-        raise harness.UsageError(f"--midi_dir: {error}") from None
+        splits = music_data.default_splits(data_dir)
+        midi_dir = splits["train"][0].parent
     wanted = held_out_split or "test or validation"
     held_out_split = held_out_split or ("test" if splits["test"] else "validation")
     run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
@@ -209,8 +221,9 @@ def load_performances(args, run, music_data, held_out_split=None):
             f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
             f"({wanted}) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
         )
+    monitor_split = "validation" if splits["validation"] else held_out_split
     encoded = {}
-    for split in ("train", held_out_split):
+    for split in dict.fromkeys(("train", held_out_split, monitor_split)):
         run.log(f"encoding the {split} performances (cached in {data_dir / 'encoded'}) ...")
         try:
             performances, skipped = music_data.encode_performances(splits[split], data_dir / "encoded")
@@ -221,7 +234,7 @@ def load_performances(args, run, music_data, held_out_split=None):
         encoded[split] = performances
         events = sum(len(p) for p in performances)
         run.log(f"{split}: {len(performances)} performances, {events:,} events, {len(skipped)} skipped")
-    return encoded["train"], encoded[held_out_split], data_dir
+    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir)
 
 
 def held_out_chunks(music_data, performances, length, limit):
@@ -289,9 +302,9 @@ def nll_per_event(model, chunks, batch_size):
 
 
 def evaluate(args, run, model, music_data, held_out):
-    """NLL per event on held-out chunks at 1x and 2x the training length."""
+    """NLL per event on held-out chunks at 1x, 2x and 4x the training length."""
     report = {}
-    for factor in (1, 2):
+    for factor in EVALUATION_FACTORS:
         length = factor * args.sequence_length
         chunks = held_out_chunks(music_data, held_out, length, args.eval_chunks)
         if len(chunks) == 0:
@@ -475,14 +488,14 @@ def main(argv=None, callbacks=()):
     run = harness.start(args, recipe="music")
     from keras_selfattn.data import music as music_data
 
-    train, held_out, data_dir = load_performances(args, run, music_data)
+    train, held_out, monitor, data_dir = load_performances(args, run, music_data)
     if args.augmentations:
         run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
     dataset = music_data.training_dataset(
         train, args.sequence_length, args.batch_size, seed=args.seed,
         augment=args.augmentations, cache_dir=data_dir / "encoded",
     )
-    validation = held_out_chunks(music_data, held_out, args.sequence_length, 16)
+    validation = held_out_chunks(music_data, monitor, args.sequence_length, 16)
     with run.strategy.scope():
         model = build_model(
             args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID, music_data.event_id_ranges()

@@ -260,7 +260,7 @@ def main(argv=None):
         model = keras.models.load_model(args.model)
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
-    train, held_out, _ = music.load_performances(args, run, music_data, held_out_split=args.held_out)
+    train, held_out, _, _ = music.load_performances(args, run, music_data, held_out_split=args.held_out)
     windows = held_out_windows(args, held_out)
     primers = [window[: args.primer_events] for window in windows]
     held_out_statistics = music_data.performance_statistics(held_out)

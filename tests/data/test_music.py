@@ -444,3 +444,15 @@ def test_default_data_fetch_split_and_size(tmp_path):
     performances = music.load_performances(data_dir=tmp_path, progress=False)
     counts = {split: sum(len(e) for e in arrays) for split, arrays in performances.items()}
     assert counts == {"train": 339_803, "validation": 20_048, "test": 49_930}
+
+
+def test_the_embedded_default_is_split_by_whole_performance(tmp_path, monkeypatch):
+    contents = _fake_miditok_sdist(tmp_path, monkeypatch)
+    splits = music.default_splits(tmp_path)
+    names = {split: [path.name for path in paths] for split, paths in splits.items()}
+    assert {split: len(found) for split, found in names.items()} == {"train": 6, "validation": 1, "test": 3}
+    every = [name for found in names.values() for name in found]
+    assert sorted(every) == sorted(contents) and len(set(every)) == 10
+    # The piece the music settings were chosen on is validation, never test.
+    assert names["validation"] == ["Maestro_8.mid"]
+    assert all(path.is_file() for paths in splits.values() for path in paths)

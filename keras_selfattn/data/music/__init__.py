@@ -24,7 +24,8 @@ note-on it applies to.
 
 Data: `default_midi_dir()` fetches the embedded default (10 MAESTRO
 performances from the miditok 3.1.0 sdist, with `pip download`);
-`find_midi_files` splits a folder (MAESTRO csv honoured);
+`default_splits` gives its fixed split (6 train, 1 validation, 3 test
+performances); `find_midi_files` splits a folder (MAESTRO csv honoured);
 `encode_performances` / `load_performances` encode with an on-disk cache;
 `training_dataset` / `evaluation_dataset` / `evaluation_chunks` feed a model.
 
@@ -60,9 +61,11 @@ from keras_selfattn.data.music.events import (
     vocabulary_size,
 )
 from keras_selfattn.data.music.files import (
+    DEFAULT_SPLIT,
     MIDITOK_SHA256,
     default_data_dir,
     default_midi_dir,
+    default_splits,
     encode_performances,
     find_midi_files,
     load_performances,
@@ -80,6 +83,7 @@ from keras_selfattn.data.music.pipeline import (
 __all__ = [
     "DATA_ENV_VAR",
     "DEFAULT_AUGMENTATIONS",
+    "DEFAULT_SPLIT",
     "EOS_ID",
     "MAX_PITCH",
     "MAX_SHIFT_STEPS",
@@ -96,6 +100,7 @@ __all__ = [
     "augmented_performances",
     "default_data_dir",
     "default_midi_dir",
+    "default_splits",
     "encode_performances",
     "evaluation_chunks",
     "evaluation_dataset",
