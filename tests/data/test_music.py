@@ -438,12 +438,17 @@ def test_default_data_fetch_split_and_size(tmp_path):
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == (
         music_files.DEFAULT_MIDI_SHA256
     )
+    # As a user's folder, the files split by content hash; as the embedded
+    # default, by DEFAULT_SPLIT.
     splits = music.find_midi_files(folder)
     assert [p.name for p in splits["test"]] == ["Maestro_8.mid"]
     assert [p.name for p in splits["validation"]] == ["Maestro_10.mid"]
     performances = music.load_performances(data_dir=tmp_path, progress=False)
     counts = {split: sum(len(e) for e in arrays) for split, arrays in performances.items()}
-    assert counts == {"train": 339_803, "validation": 20_048, "test": 49_930}
+    assert counts == {"train": 226_034, "validation": 49_930, "test": 133_817}
+    assert [len(e) for e in performances["test"]] == [
+        len(e) for e in music.encode_performances(music.default_splits(tmp_path)["test"], None, progress=False)[0]
+    ]
 
 
 def test_the_embedded_default_is_split_by_whole_performance(tmp_path, monkeypatch):
