@@ -42,6 +42,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["keras_selfattn", "keras_selfattn.*"]),
+    # The trained presets' weights (keras_selfattn.models.presets).
+    package_data={"keras_selfattn.models": ["weights/*.weights.h5"]},
     python_requires=">=3.10",
     install_requires=["tensorflow==2.20.*", "keras>=3.15,<4"],
     extras_require={

@@ -24,6 +24,7 @@ from keras_selfattn.models.losses import (
 )
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, music_transformer
+from keras_selfattn.models.presets import TRAINED_PRESETS, list_presets
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
 from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 from keras_selfattn.models.super_resolution import (

@@ -16,6 +16,42 @@ class FamilyModel(keras.Model):
 
     # The family's builders, named in errors.
     builder_name = None
+    # The family's name in `keras_selfattn.models.list_presets()`.
+    family = None
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True):
+        """A trained model that ships with the package, e.g.
+        `MusicTransformer.from_preset("maestro_small")`.
+
+        The weights file's sha256 is checked before it is loaded. The
+        returned model carries `generation_settings`: the decoding chosen for
+        it on validation data, as keyword arguments of the family's
+        generation function.
+
+        Args:
+            preset: a name from `list_presets()` with `weights` True and this
+                class's family.
+            load_weights: False builds the architecture untrained.
+
+        Raises:
+            ValueError: an unknown preset, or a weights file that is missing
+                or whose sha256 differs.
+        """
+        from keras_selfattn.models import presets
+
+        spec = presets.trained_preset(preset, cls.family)
+        model = cls._build_preset(spec.builder_arguments)
+        if load_weights:
+            model.load_weights(presets.verified_weights_path(spec))
+        model.generation_settings = dict(spec.generation)
+        return model
+
+    @classmethod
+    def _build_preset(cls, arguments):
+        """The untrained model of a trained preset's builder arguments; a
+        family with trained presets says how."""
+        raise NotImplementedError(f"{cls.__name__} has no trained presets")
 
     @classmethod
     def from_model(cls, model):

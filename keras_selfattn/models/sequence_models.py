@@ -72,6 +72,13 @@ class MusicTransformer(SequenceTransformer):
     """
 
     builder_name = "music_transformer (or a decoder-only model with the layer names of keras_selfattn.models.decoding)"
+    family = "music"
+
+    @classmethod
+    def _build_preset(cls, arguments):
+        from keras_selfattn.models.music_transformer import music_transformer
+
+        return music_transformer(**arguments)
 
     @classmethod
     def _has_layout(cls, model):
