@@ -15,7 +15,7 @@ $(VENV)/.installed: setup.py
 	touch $@
 
 demo: install
-	$(PYTHON) recipes/music.py --model_dir runs/demo --export_dir runs/demo/export --preset tiny --attention relative_global --max_relative_position 128 --sequence_length 256 --batch_size 16 --epochs 8 --steps_per_epoch 125
+	$(PYTHON) recipes/demo.py --model_dir runs/demo
 
 # The whole suite (docstring examples included) on TensorFlow and, beside it on the
 # other core, the backend-neutral ops, layers and generation (which builds every model

@@ -70,7 +70,7 @@ TRAINED_PRESETS = {
         weights_file="maestro_small.weights.h5",
         sha256="f3d02551ce2ac14683264cac8bc634132abb69981abaf16521c074736fb86e6a",
         card="docs/models/maestro_small.md",
-        generation=dict(temperature=1.0, top_p=0.95, note_event_ids=MAESTRO_EVENT_IDS),
+        generation=dict(temperature=0.95, top_p=1.0, note_event_ids=MAESTRO_EVENT_IDS),
     ),
 }
 

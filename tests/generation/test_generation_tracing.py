@@ -76,7 +76,7 @@ def test_one_trace_for_any_content_and_the_eager_draws(case):
 @pytest.mark.parametrize("case", CASES)
 def test_xla_compiled_generation_follows_the_seed(case):
     """Under XLA a seed's draws are reproducible, another seed's differ, and
-    (as the README says) they are not the graph's draws for that seed:
+    (as docs/layers.md says) they are not the graph's draws for that seed:
     TensorFlow compiles its stateless random ops differently there."""
     import tensorflow as tf
 
@@ -89,7 +89,7 @@ def test_xla_compiled_generation_follows_the_seed(case):
     graph_draw = np.asarray(generate(inputs, 3))
     assert first.shape == graph_draw.shape and first.dtype == graph_draw.dtype
     assert not np.array_equal(first, graph_draw), (
-        "XLA now draws what the graph draws: say so in the README's note on seeds"
+        "XLA now draws what the graph draws: say so in the note on seeds in docs/layers.md"
     )
 
 
