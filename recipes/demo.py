@@ -209,7 +209,7 @@ def row(name, music_data, pieces, windows, performances, args):
 
 def write_outputs(args, run, music_data, pieces):
     for index, tokens in enumerate(pieces):
-        path = run.path("continuations", f"continuation_{index + 1:02d}.mid")
+        path = run.path("continuations", f"continuation_{index + 1:03d}.mid")
         music_data.events_to_midi(tokens, str(path))
     run.wrote(f"{len(pieces)} continuations as MIDI (primer + continuation)", run.path("continuations"))
     primer, tokens = pieces[0][: args.primer_events], pieces[0]

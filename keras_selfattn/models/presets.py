@@ -102,15 +102,18 @@ def list_presets():
         `preset=` argument), `builder` and `description`.
     """
     presets = [
-        {"name": p.name, "family": p.family, "weights": True, "builder": "from_preset", "description": p.description}
-        for p in TRAINED_PRESETS.values()
+        _listed(p.name, p.family, True, "from_preset", p.description) for p in TRAINED_PRESETS.values()
     ]
     for family, builder, architectures in _architecture_presets():
         presets += [
-            {"name": name, "family": family, "weights": False, "builder": builder, "description": f"{builder}(preset={name!r}), untrained"}
+            _listed(name, family, False, builder, f"{builder}(preset={name!r}), untrained")
             for name in architectures
         ]
     return presets
+
+
+def _listed(name, family, weights, builder, description):
+    return {"name": name, "family": family, "weights": weights, "builder": builder, "description": description}
 
 
 def trained_preset(name, family):
@@ -120,8 +123,13 @@ def trained_preset(name, family):
     if preset is None or preset.family != family:
         valid = sorted(p.name for p in TRAINED_PRESETS.values() if p.family == family)
         untrained = [p["builder"] for p in list_presets() if p["name"] == name and p["family"] == family]
-        hint = f" ({name!r} is an untrained architecture: use {untrained[0]}(..., preset={name!r}))" if untrained else ""
-        raise ValueError(f"`preset` must be one of {valid} for this model class{hint}. Received: preset={name!r}")
+        hint = (
+            f" ({name!r} is an untrained architecture: use {untrained[0]}(..., preset={name!r}))"
+            if untrained else ""
+        )
+        raise ValueError(
+            f"`preset` must be one of {valid} for this model class{hint}. Received: preset={name!r}"
+        )
     return preset
 
 
