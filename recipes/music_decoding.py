@@ -251,6 +251,18 @@ def log_table(run, rows, references, held_out):
         run.log(f"{name:{width}s}" + "".join(f"{ratio:20.2f}" for ratio in ratios))
 
 
+def model_config(model):
+    """What the report says of the scored model."""
+    from keras_selfattn.models import MusicTransformer
+
+    model = MusicTransformer.from_model(model)
+    return {
+        "parameters": model.count_params(),
+        "vocabulary_size": model.vocabulary_size,
+        "note_state": model.has_note_state,
+    }
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     run = harness.start(args, recipe=NAME)
@@ -289,6 +301,7 @@ def main(argv=None):
     log_release_table(run, by_age)
     report = {
         "model": args.model,
+        "model_config": model_config(model),
         "primers": len(primers),
         "primer_events": args.primer_events,
         "generate_events": args.generate_events,

@@ -31,6 +31,11 @@ class SequenceTransformer(FamilyModel):
         return self._named_layers["logits"].units
 
     @property
+    def has_note_state(self):
+        """Whether the decoder embeds the sounding notes (`note_event_ids`)."""
+        return "note_state" in self._named_layers
+
+    @property
     def max_length(self):
         """The longest target sequence the position signal covers, or `None`
         (sinusoidal and relative positions have no limit)."""

@@ -45,6 +45,7 @@ def test_from_preset_loads_the_weights_it_checked():
     trained_kernel = model.get_layer("logits").get_weights()[0]
     assert not np.allclose(trained_kernel, untrained.get_layer("logits").get_weights()[0])
     assert model.generation_settings == SHIPPED.generation
+    assert model.has_note_state
 
 
 def test_a_damaged_weights_file_is_refused(tmp_path, monkeypatch):
