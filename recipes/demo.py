@@ -23,6 +23,7 @@ in the package, and shows relative attention holding past its training length.
         --primers_per_performance 24 --seeds 0 1 2
 """
 
+import argparse
 import math
 from pathlib import Path
 
@@ -322,7 +323,7 @@ def main(argv=None):
 
 def build_data_args(args):
     """The flags `music.load_performances` reads."""
-    return harness.argparse.Namespace(midi_dir=args.midi_dir, data_dir=args.data_dir)
+    return argparse.Namespace(midi_dir=args.midi_dir, data_dir=args.data_dir)
 
 
 if __name__ == "__main__":

@@ -41,17 +41,11 @@ class FamilyModel(keras.Model):
         from keras_selfattn.models import presets
 
         spec = presets.trained_preset(preset, cls.family)
-        model = cls._build_preset(spec.builder_arguments)
+        model = presets.build_untrained(spec)
         if load_weights:
             model.load_weights(presets.verified_weights_path(spec))
         model.generation_settings = dict(spec.generation)
         return model
-
-    @classmethod
-    def _build_preset(cls, arguments):
-        """The untrained model of a trained preset's builder arguments; a
-        family with trained presets says how."""
-        raise NotImplementedError(f"{cls.__name__} has no trained presets")
 
     @classmethod
     def from_model(cls, model):

@@ -133,6 +133,14 @@ def trained_preset(name, family):
     return preset
 
 
+def build_untrained(preset):
+    """`preset`'s architecture, untrained, from its family's builder."""
+    builders = {family: builder for family, builder, _ in _architecture_presets()}
+    from keras_selfattn import models
+
+    return getattr(models, builders[preset.family])(**preset.builder_arguments)
+
+
 def verified_weights_path(preset):
     """The path of `preset`'s weights after checking its sha256.
 

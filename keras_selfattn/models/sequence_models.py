@@ -80,12 +80,6 @@ class MusicTransformer(SequenceTransformer):
     family = "music"
 
     @classmethod
-    def _build_preset(cls, arguments):
-        from keras_selfattn.models.music_transformer import music_transformer
-
-        return music_transformer(**arguments)
-
-    @classmethod
     def _has_layout(cls, model):
         layers = layers_by_name(model)
         return all(name in layers for name in _DECODER_LAYERS) and not (
