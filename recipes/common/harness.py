@@ -119,6 +119,12 @@ def parent_parser():
         "--seed", type=int, default=0, help="random seed of weights, data order and sampling"
     )
     group.add_argument(
+        "--evaluate_only",
+        action="store_true",
+        help="skip training: load the model an earlier run saved in MODEL_DIR (same flags) "
+        "and only evaluate it, write the outputs and report.json",
+    )
+    group.add_argument(
         "--verbose",
         type=int,
         default=1,
@@ -408,9 +414,27 @@ class Run:
 
     # -- results
 
+    def saved_model_path(self, name):
+        """Where `save_model(model, name)` writes: `<model_dir>/<name>.keras`."""
+        return self.model_dir / f"{name}.keras"
+
+    def load_saved_model(self, name):
+        """The model an earlier run saved as `<name>.keras`, for `--evaluate_only`;
+        a `UsageError` naming the path when there is none."""
+        path = self.saved_model_path(name)
+        if not path.is_file():
+            raise UsageError(
+                f"--evaluate_only needs the trained model {path}: train first with the same "
+                "--model_dir (without --evaluate_only)"
+            )
+        import keras_selfattn  # noqa: F401  (registers the layers and models for loading)
+
+        self.log(f"--evaluate_only: loading {path}")
+        return keras.saving.load_model(path)
+
     def save_model(self, model, name):
         """Saves the trained model as `<model_dir>/<name>.keras`."""
-        path = self.path(f"{name}.keras")
+        path = self.saved_model_path(name)
         model.save(path)
         self.log(f"saved {path}")
         return self.wrote("trained model", path)
@@ -431,13 +455,15 @@ class Run:
         self.log(f"exported {path}")
         return self.wrote("SavedModel for TensorFlow Serving", path)
 
-    def write_report(self, report, name="report.json"):
-        """Writes `report` as indented JSON, with the run's facts (strategy,
-        dtype policy, the epoch it resumed from, seconds, flags) and every
-        output written so far; returns that whole report."""
+    def write_report(self, report, name="report.json", *, model=None):
+        """Writes `report` as indented JSON, with the model it scored (class,
+        parameters, its Keras config), the run's facts (strategy, dtype
+        policy, the epoch it resumed from, seconds, flags) and every output
+        written so far; returns that whole report."""
         report = {
             "recipe": self.recipe,
             **report,
+            **({"model": describe_model(model)} if model is not None else {}),
             "run": {
                 "strategy": self.args.strategy,
                 "replicas": self.strategy.num_replicas_in_sync,
@@ -464,6 +490,22 @@ class Run:
         for label, path in self.outputs:
             print(f"  {label:<{width}}  {path}")
         sys.stdout.flush()
+
+
+def describe_model(model):
+    """What a report says of the model it scored: its class, parameter count
+    and `get_config()` (enough to rebuild the architecture)."""
+    return {
+        "class": type(model).__name__,
+        "parameters": int(model.count_params()),
+        "config": model.get_config(),
+    }
+
+
+def figure(value, spec=".3f"):
+    """`value` formatted with `spec` for a printout, "n/a" when it is `None`
+    (a figure the held-out split cannot give: no bug, one class, no example)."""
+    return "n/a" if value is None else format(value, spec)
 
 
 def _json_default(value):
