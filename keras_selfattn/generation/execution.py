@@ -13,7 +13,8 @@ def graph_when_eager(function):
     the loop runs in TensorFlow. One trace per model, input shapes and
     settings is kept and reused (the seed travels as a tensor, so a new seed
     does not retrace). Inside `tf.function`, `jax.jit`, or on other backends
-    `function` runs as it is.
+    `function` runs as it is. The `tf.function` is the wrapper's
+    `graph_function`.
     """
     if keras.backend.backend() != "tensorflow":
         return function
@@ -31,4 +32,5 @@ def graph_when_eager(function):
             seed = tf.constant(seed, "int32")
         return graph(*args, seed=seed, **kwargs)
 
+    wrapper.graph_function = graph
     return wrapper

@@ -9,6 +9,7 @@ the events that change what is sounding.
 """
 
 import dataclasses
+import functools
 
 from keras import ops
 
@@ -37,7 +38,7 @@ class NoteRules:
                 than the other, overlapping it, or outside
                 `[0, vocabulary_size)`.
         """
-        return cls(*note_id_ranges(note_event_ids, vocabulary_size))
+        return _interned(cls, *note_id_ranges(note_event_ids, vocabulary_size))
 
     def sounding(self, tokens, length):
         """bool `[batch, num_pitches]`: the pitches sounding after the first
@@ -69,3 +70,10 @@ class NoteRules:
         in_range = (pitch_of_id >= 0) & (pitch_of_id < self.num_pitches)
         gathered = ops.take(by_pitch, ops.clip(pitch_of_id, 0, self.num_pitches - 1), axis=1)
         return gathered & in_range[None, :]
+
+
+@functools.lru_cache(maxsize=None)
+def _interned(cls, note_on_id, note_off_id, num_pitches):
+    """One instance per set of ids: `tf.function` tells Python arguments
+    apart by identity, so a fresh instance per call would retrace it."""
+    return cls(note_on_id, note_off_id, num_pitches)

@@ -73,6 +73,36 @@ def test_one_trace_for_any_content_and_the_eager_draws(case):
 
 
 @pytest.mark.skipif(not ON_TENSORFLOW, reason="tf.function")
+def test_eager_calls_trace_once_per_shape_and_settings_note_rules_included():
+    """As a user calls them: new inputs, a new seed and a new (equal)
+    `note_event_ids` dict each call reuse the first call's graph."""
+    from keras_selfattn.generation import images, sequences
+
+    note_event_ids = {"note_on": (2, 5), "note_off": (6, 9)}
+    music = music_model("relative_global", note_event_ids=note_event_ids)
+    translation = translation_model("sinusoidal")
+    image = image_model("local_2d")
+    calls = {
+        sequences._continue_sequence: lambda seed: continue_sequence(
+            music, RNG.integers(0, 20, (2, 3)), 4, seed=seed, note_event_ids=dict(note_event_ids)
+        ),
+        sequences.translate_tokens: lambda seed: translate_tokens(
+            translation, RNG.integers(2, 14, (2, 4)), 4, temperature=1.0, seed=seed
+        ),
+        images.sample_images: lambda seed: sample_images(
+            image, known_pixels=RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8"), known_rows=1,
+            seed=seed,
+        ),
+    }
+    for wrapped, call in calls.items():
+        call(1)
+        traces = wrapped.graph_function.experimental_get_tracing_count()
+        for seed in (2, 3):
+            call(seed)
+        assert wrapped.graph_function.experimental_get_tracing_count() == traces, wrapped.__name__
+
+
+@pytest.mark.skipif(not ON_TENSORFLOW, reason="tf.function")
 @pytest.mark.parametrize("case", CASES)
 def test_xla_compiled_generation_follows_the_seed(case):
     """Under XLA a seed's draws are reproducible, another seed's differ, and
