@@ -44,6 +44,7 @@ from keras_selfattn.models import (
 NAME = "image_generation"
 HELD_OUT_SPLITS = {"cifar10": "test", "imagenet32": "validation"}
 COMPLETIONS_PER_IMAGE = 3
+VALIDATION_IMAGES = 256  # the first held-out images, whose loss `fit` reports each epoch
 PRESETS = {
     # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
     "small": dict(preset="small", query_pixels=(4, 4)),
@@ -285,8 +286,6 @@ def write_attention(args, run, model, image, label=None):
 
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict."""
-    from keras_selfattn.data.images import marginal_bits_per_dim
-
     args = parse_args(argv)
     run = harness.start(args, recipe="image_generation")
     (train_pixels, train_labels), (test_pixels, test_labels), class_names = load(args, run)
@@ -296,23 +295,62 @@ def main(argv=None, callbacks=()):
             "(for --image_dir, add --labels_from_folders)"
         )
     num_classes = len(class_names) if args.conditional else None
-    image_shape = train_pixels.shape[1:]
-    with run.strategy.scope():
-        model = build_model(args, image_shape, num_classes)
-    run.log(
-        f"{NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
-        f"{model.count_params():,} parameters; {len(train_pixels)} training images of {image_shape}, "
-        f"{len(test_pixels)} held out; training {args.epochs} epochs x {args.steps_per_epoch} "
-        f"steps of {args.batch_size}"
-    )
     train = model_inputs(train_pixels, train_labels, args.conditional)
     test = model_inputs(test_pixels, test_labels, args.conditional)
-    validation = {k: v[:256] for k, v in test.items()}
+
+    def train_model():
+        return train_image_transformer(args, run, train, test, num_classes, callbacks)
+
+    model, history = run.trained_or_saved(NAME, train_model)
+    with run.evaluation(NAME):
+        settings = {
+            "name": NAME, "preset": args.preset, "attention": args.attention,
+            "image_shape": list(train_pixels.shape[1:]), "num_classes": num_classes,
+        }
+        report = {
+            "data": {
+                "source": image_recipes.data_source(args),
+                "train_images": int(len(train_pixels)),
+                "held_out_images": int(len(test_pixels)),
+            },
+            "training": harness.training_history(history),
+            **held_out_bits(args, run, model, train_pixels, test),
+            "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
+        }
+        write_samples(args, run, model, class_names)
+        report["completions"] = write_completions(args, run, model, test_pixels, test_labels)
+        write_attention(args, run, model, test_pixels[0], test_labels[0] if args.conditional else None)
+        run.export(model, NAME)
+        report = run.write_report(report, model=model, model_settings=settings)
+    run.finish()
+    return report
+
+
+def train_image_transformer(args, run, train, test, num_classes, callbacks):
+    """Builds and fits the model, validated on the first
+    `VALIDATION_IMAGES` held-out images; returns `(model, History)`."""
+    image_shape = train["pixels"].shape[1:]
+    with run.strategy.scope():
+        model = build_model(args, image_shape, num_classes)
+    validation = {k: v[:VALIDATION_IMAGES] for k, v in test.items()}
+    run.log(
+        f"{NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
+        f"{model.count_params():,} parameters; {len(train['pixels'])} training images of {image_shape}, "
+        f"{len(test['pixels'])} held out (the first {len(validation['pixels'])} of them validate "
+        f"training); training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size}"
+    )
     history = run.fit(
         model, training_dataset(train, args.batch_size, args.seed),
         validation_data=(validation, validation["pixels"]), callbacks=callbacks,
     )
-    run.save_model(model, NAME)
+    return model, history
+
+
+def held_out_bits(args, run, model, train_pixels, test):
+    """The report's held-out bits/dim beside the uniform and pixel-histogram baselines."""
+    from keras_selfattn.data.images import marginal_bits_per_dim
+
+    test_pixels = test["pixels"]
     results = model.evaluate(test, test_pixels, batch_size=args.batch_size, verbose=0, return_dict=True)
     bits = float(results["bits_per_dim"])
     histogram = marginal_bits_per_dim(train_pixels, test_pixels)
@@ -320,31 +358,11 @@ def main(argv=None, callbacks=()):
         f"held-out bits/dim over {len(test_pixels)} images: {bits:.4f} (uniform {math.log2(256):.1f}, "
         f"pixel histogram {histogram:.4f})"
     )
-    write_samples(args, run, model, class_names)
-    completions = write_completions(args, run, model, test_pixels, test_labels)
-    write_attention(args, run, model, test_pixels[0], test_labels[0] if args.conditional else None)
-    report = {
-        "model": {
-            "name": NAME, "preset": args.preset, "attention": args.attention,
-            "image_shape": list(image_shape), "num_classes": num_classes,
-            "parameters": model.count_params(),
-        },
-        "data": {
-            "source": image_recipes.data_source(args),
-            "train_images": int(len(train_pixels)),
-            "held_out_images": int(len(test_pixels)),
-        },
-        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
+    return {
         "held_out_bits_per_dim": bits,
         "uniform_bits_per_dim": math.log2(256),
         "pixel_histogram_bits_per_dim": histogram,
-        "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
-        "completions": completions,
     }
-    run.export(model, NAME)
-    report = run.write_report(report)
-    run.finish()
-    return report
 
 
 if __name__ == "__main__":

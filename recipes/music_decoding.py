@@ -24,6 +24,9 @@ performances instead of the test ones: choose a setting there (the one whose
 worst ratio to the held-out data is smallest is named at the end), then
 score that one setting on the test performances.
 
+The study trains nothing: it only evaluates `--model`, so `--evaluate_only`
+changes nothing here.
+
 Statistics (keras_selfattn.data.music.performance_statistics): median note
 length, share of notes over 2 s, mean and 95th-percentile polyphony, notes
 per second, the share of note-offs that close a sounding note and of
@@ -52,6 +55,7 @@ import numpy as np  # noqa: E402
 import music  # noqa: E402
 
 NAME = "music_decoding"
+DEFAULT_PRIMER_EVENTS, DEFAULT_GENERATE_EVENTS = 256, 1024
 AGE_BINS = (1, 16, 32, 64, 128)  # first age of each bin of the note-off table, in events
 RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
 STATISTICS = [
@@ -95,9 +99,15 @@ def build_parser():
         help="the held-out performances to continue and to compare with; default: test, else validation",
     )
     study.add_argument("--primers", type=harness.positive_int, default=8, help="held-out primers, the longest first")
-    study.add_argument("--primer_events", type=harness.positive_int, default=256, help="events of each primer")
     study.add_argument(
-        "--generate_events", type=harness.positive_int, default=1024, help="events added to each primer"
+        "--primer_events", type=harness.positive_int, default=None,
+        help=f"events of each primer (default: {DEFAULT_PRIMER_EVENTS}, fewer when no held-out performance "
+        "holds a primer and its continuation)",
+    )
+    study.add_argument(
+        "--generate_events", type=harness.positive_int, default=None,
+        help=f"events added to each primer (default: {DEFAULT_GENERATE_EVENTS}, fewer when no held-out "
+        "performance holds a primer and its continuation)",
     )
     study.add_argument(
         "--temperature", type=harness.non_negative_float, default=1.0,
@@ -145,6 +155,29 @@ def released(music_data, primer):
     rules = NoteRules.from_event_ids(music_data.event_id_ranges(), music_data.MUSIC_VOCABULARY_SIZE)
     sounding = keras.ops.convert_to_numpy(rules.sounding(np.asarray(primer, "int32")[None], len(primer)))[0]
     return np.concatenate([primer, rules.note_off_id + np.flatnonzero(sounding)]).astype("int32")
+
+
+def fit_window_defaults(args, run, held_out):
+    """Sets `--primer_events` and `--generate_events` left to their defaults:
+    `DEFAULT_PRIMER_EVENTS` and `DEFAULT_GENERATE_EVENTS`, shrunk (both in
+    proportion, or the one not given to what the other leaves) when the
+    longest held-out performance is shorter than the two together."""
+    longest = max(len(performance) for performance in held_out)
+    primer, generate = args.primer_events, args.generate_events
+    if primer is None and generate is None:
+        share = min(1.0, longest / (DEFAULT_PRIMER_EVENTS + DEFAULT_GENERATE_EVENTS))
+        primer = max(1, int(DEFAULT_PRIMER_EVENTS * share))
+        generate = max(1, int(DEFAULT_GENERATE_EVENTS * share))
+    elif primer is None:
+        primer = min(DEFAULT_PRIMER_EVENTS, max(1, longest - generate))
+    elif generate is None:
+        generate = min(DEFAULT_GENERATE_EVENTS, max(1, longest - primer))
+    if (primer, generate) != (args.primer_events, args.generate_events):
+        run.log(
+            f"primers of {primer} events continued by {generate} (the longest held-out performance has "
+            f"{longest} events; defaults {DEFAULT_PRIMER_EVENTS} and {DEFAULT_GENERATE_EVENTS})"
+        )
+    args.primer_events, args.generate_events = primer, generate
 
 
 def held_out_windows(args, held_out):
@@ -273,6 +306,7 @@ def main(argv=None):
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
     train, held_out, _, _ = music.load_performances(args, run, music_data, held_out_split=args.held_out)
+    fit_window_defaults(args, run, held_out)
     windows = held_out_windows(args, held_out)
     primers = [window[: args.primer_events] for window in windows]
     held_out_statistics = music_data.performance_statistics(held_out)
@@ -300,7 +334,7 @@ def main(argv=None):
     by_age = note_off_nll_by_age(music_data, windows, held_out_log_probs(model, windows))
     log_release_table(run, by_age)
     report = {
-        "model": args.model,
+        "model_path": args.model,
         "model_config": model_config(model),
         "primers": len(primers),
         "primer_events": args.primer_events,
@@ -317,7 +351,7 @@ def main(argv=None):
         ],
         "held_out": held_out_statistics,
     }
-    report = run.write_report(report)
+    report = run.write_report(report, model=model)
     run.finish()
     return report
 

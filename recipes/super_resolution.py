@@ -51,6 +51,7 @@ from keras_selfattn.models import (
 # The trained model is <model_dir>/super_resolution.keras and is served as "super_resolution"
 # (serving/models.config).
 NAME = "super_resolution"
+DEFAULT_VALIDATION_IMAGES = 64
 PRESETS = {
     # A CPU-sized model (3 + 2 layers of width 64, an upsampler of 6
     # convolutions): minutes per epoch on one core.
@@ -134,14 +135,16 @@ def build_parser():
         type=harness.positive_int,
         default=64,
         help="test images the model super-resolves for PSNR and SSIM (a seeded random choice; "
-        "bits/dim uses every test image)",
+        "all of them when there are fewer; bits/dim uses every test image)",
     )
     evaluation.add_argument(
         "--validation_images",
         type=harness.positive_int,
-        default=64,
+        default=None,
         help="held-out images that are the validation data of training (a seeded random choice); "
-        "the other held-out images are the test data, scored",
+        "the other held-out images are the test data, scored (default: "
+        f"{DEFAULT_VALIDATION_IMAGES}, at most half the held-out images; one held-out image is "
+        "a test image and training runs without validation)",
     )
     evaluation.add_argument(
         "--temperatures",
@@ -203,6 +206,15 @@ def load_images(args, run):
         f"the photos {', '.join(photos)})"
     )
     return train.pixels, test.pixels
+
+
+def validation_count(count, validation_images):
+    """How many of the `count` held-out images validate training:
+    `--validation_images` when given, else `DEFAULT_VALIDATION_IMAGES` at
+    most half of them (none of a single one: it is the test image)."""
+    if validation_images is None:
+        return min(DEFAULT_VALIDATION_IMAGES, count // 2)
+    return validation_images
 
 
 def held_out_parts(count, validation_images, eval_images, seed):
@@ -284,8 +296,9 @@ UPSAMPLER_HISTORY = "upsampler_history.json"
 
 def fit_upsampler(args, run, model, train, validation):
     """Fits the model's upsampler by L1 regression on the high-resolution
-    images for `--upsampler_epochs`, then freezes it again; returns its
-    training history (`{}` when nothing was fitted).
+    images for `--upsampler_epochs` (validated on `validation` unless it is
+    `None`), then freezes it again; returns its training history (`{}` when
+    nothing was fitted).
 
     A run that will resume from its backup fits nothing: `BackupAndRestore`
     restores the upsampler with the rest of the model, and the history is
@@ -316,7 +329,9 @@ def fit_upsampler(args, run, model, train, validation):
         run.distribute(upsampler_dataset(train, args.batch_size, args.seed)),
         epochs=args.upsampler_epochs,
         steps_per_epoch=args.steps_per_epoch,
-        validation_data=(validation["low_resolution"], validation["pixels"].astype("float32")),
+        validation_data=None if validation is None else (
+            validation["low_resolution"], validation["pixels"].astype("float32")
+        ),
         verbose=args.verbose if run.chief else 0,
         shuffle=False,  # a tf.data pipeline shuffles itself
     )
@@ -371,8 +386,12 @@ def score(high, outputs, estimates=None, seed=0):
     mean PSNR and its 95% bootstrap interval over the images, the paired
     differences from bicubic's PSNR and (when scored) the upsampler's with
     their intervals, mean SSIM, and (with the upsampler's `estimates`) the
-    share of sub-pixels that differ from them."""
+    share of sub-pixels that differ from them. An interval needs two images
+    or more: `None` for one."""
     from keras_selfattn.models import metrics as image_metrics
+
+    def interval(values):
+        return list(image_metrics.bootstrap_interval(values, seed=seed)) if len(values) > 1 else None
 
     references = {name: image_metrics.psnr_per_image(high, outputs[name]) for name in REFERENCES if name in outputs}
     quality = {}
@@ -380,12 +399,12 @@ def score(high, outputs, estimates=None, seed=0):
         psnr = image_metrics.psnr_per_image(high, images)
         scores = {
             "psnr": float(np.mean(psnr)),
-            "psnr_interval": list(image_metrics.bootstrap_interval(psnr, seed=seed)),
+            "psnr_interval": interval(psnr),
         }
         for reference, reference_psnr in references.items():
             difference = psnr - reference_psnr
             scores[f"psnr_minus_{reference}"] = float(np.mean(difference))
-            scores[f"psnr_minus_{reference}_interval"] = list(image_metrics.bootstrap_interval(difference, seed=seed))
+            scores[f"psnr_minus_{reference}_interval"] = interval(difference)
         scores["ssim"] = image_metrics.ssim(high, images)
         scores["changed_share"] = None if estimates is None else float(np.mean(images != estimates))
         quality[name] = scores
@@ -404,14 +423,20 @@ def quality_table(quality, labels):
         header += f" {'minus ' + reference + ' (95%)':>24}"
     lines = [header + f" {'SSIM':>6} {'changed':>7}"]
     for name, scores in quality.items():
-        low, high = scores["psnr_interval"]
-        line = f"  {labels[name]:<24} {scores['psnr']:7.2f} {f'{low:.2f}..{high:.2f}':>13}"
+        line = f"  {labels[name]:<24} {scores['psnr']:7.2f} {_interval_text(scores['psnr_interval'], '.2f'):>13}"
         for reference in references:
-            low, high = scores[f"psnr_minus_{reference}_interval"]
-            line += f" {scores[f'psnr_minus_{reference}']:+7.3f} {f'({low:+.3f}..{high:+.3f})':>16}"
+            interval = _interval_text(scores[f"psnr_minus_{reference}_interval"], "+.3f")
+            line += f" {scores[f'psnr_minus_{reference}']:+7.3f} {f'({interval})':>16}"
         changed = "" if scores["changed_share"] is None else f"{100 * scores['changed_share']:6.1f}%"
         lines.append(line + f" {scores['ssim']:6.4f} {changed:>7}")
     return lines
+
+
+def _interval_text(interval, spec):
+    """`low..high`, or "n/a" for an interval one image cannot give."""
+    if interval is None:
+        return harness.figure(None)
+    return f"{harness.figure(interval[0], spec)}..{harness.figure(interval[1], spec)}"
 
 
 def evaluate(args, run, model, test, scored):
@@ -473,7 +498,66 @@ def main(argv=None, callbacks=()):
     args = parse_args(argv)
     run = harness.start(args, recipe="super_resolution")
     train_high, test_high = load_images(args, run)
-    train, test = pairs(train_high, args.scale), pairs(test_high, args.scale)
+    train, held_out = pairs(train_high, args.scale), pairs(test_high, args.scale)
+    validation, test, scored = split_held_out(args, run, held_out)
+
+    def train_model():
+        return train_super_resolution(args, run, train, validation, callbacks)
+
+    model, trained = run.trained_or_saved(NAME, train_model)
+    upsampler_history, history = trained or (None, None)
+    with run.evaluation(NAME):
+        run.log("evaluating on the test images ...")
+        held_out_report, low, high, outputs = evaluate(args, run, model, test, scored)
+        held_out_report["validation_images"] = int(len(validation["pixels"])) if validation else 0
+        write_grid(args, run, low, high, outputs)
+        samples = run.path("super_resolution_samples.npz")
+        np.savez_compressed(samples, low_resolution=low, original=high, **outputs)
+        run.wrote("scored images (low resolution, original, each method's output)", samples)
+        settings = {
+            "name": NAME, "preset": args.preset, "attention": args.attention,
+            "low_shape": list(train["low_resolution"].shape[1:]),
+            "high_shape": list(train["pixels"].shape[1:]),
+        }
+        report = {
+            "data": {
+                "source": image_recipes.data_source(args),
+                "train_images": int(len(train_high)),
+                "held_out_images": int(len(test_high)),
+            },
+            "upsampler_training": upsampler_history,
+            "training": harness.training_history(history),
+            "held_out": held_out_report,
+        }
+        run.export(model, NAME)
+        report = run.write_report(report, model=model, model_settings=settings)
+    run.finish()
+    return report
+
+
+def split_held_out(args, run, held_out):
+    """`(validation, test, scored)`: the validation inputs (`None` when no
+    held-out image is left for them), the test inputs, and the indices of
+    the scored test images."""
+    count = len(held_out["pixels"])
+    validation_images = validation_count(count, args.validation_images)
+    validation_indices, test_indices, scored = held_out_parts(
+        count, validation_images, args.eval_images, args.seed
+    )
+    chosen = "" if args.validation_images is not None else (
+        f" (--validation_images default: {DEFAULT_VALIDATION_IMAGES}, at most half the held-out images)"
+    )
+    run.log(
+        f"held out: {len(validation_indices)} validation images{chosen}, {len(test_indices)} test images, "
+        f"{len(scored)} of them scored (--eval_images {args.eval_images})"
+    )
+    validation = {k: v[validation_indices] for k, v in held_out.items()} if len(validation_indices) else None
+    return validation, {k: v[test_indices] for k, v in held_out.items()}, scored
+
+
+def train_super_resolution(args, run, train, validation, callbacks):
+    """Builds the model, fits its upsampler, then the whole model; returns
+    `(model, (upsampler history, History))`."""
     low_shape, high_shape = train["low_resolution"].shape[1:], train["pixels"].shape[1:]
     with run.strategy.scope():
         model = build_model(args, low_shape, high_shape)
@@ -482,44 +566,13 @@ def main(argv=None, callbacks=()):
         f"parameters; {low_shape} -> {high_shape}; training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
-    validation_indices, test_indices, scored = held_out_parts(
-        len(test["pixels"]), args.validation_images, args.eval_images, args.seed
-    )
-    validation = {k: v[validation_indices] for k, v in test.items()}
-    test = {k: v[test_indices] for k, v in test.items()}
-    run.log(f"held out: {len(validation_indices)} validation images, {len(test_indices)} test images")
     upsampler_history = fit_upsampler(args, run, model, train, validation)
     history = run.fit(
         model, training_dataset(train, args.batch_size, args.seed),
-        validation_data=(validation, validation["pixels"]), callbacks=callbacks,
+        validation_data=None if validation is None else (validation, validation["pixels"]),
+        callbacks=callbacks,
     )
-    run.save_model(model, NAME)
-    run.log("evaluating on the test images ...")
-    held_out, low, high, outputs = evaluate(args, run, model, test, scored)
-    held_out["validation_images"] = int(len(validation_indices))
-    write_grid(args, run, low, high, outputs)
-    samples = run.path("super_resolution_samples.npz")
-    np.savez_compressed(samples, low_resolution=low, original=high, **outputs)
-    run.wrote("scored images (low resolution, original, each method's output)", samples)
-    report = {
-        "model": {
-            "name": NAME, "preset": args.preset, "attention": args.attention,
-            "low_shape": list(low_shape), "high_shape": list(high_shape),
-            "parameters": model.count_params(),
-        },
-        "data": {
-            "source": image_recipes.data_source(args),
-            "train_images": int(len(train_high)),
-            "held_out_images": int(len(test_high)),
-        },
-        "upsampler_training": upsampler_history,
-        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
-        "held_out": held_out,
-    }
-    run.export(model, NAME)
-    report = run.write_report(report)
-    run.finish()
-    return report
+    return model, (upsampler_history, history)
 
 
 if __name__ == "__main__":

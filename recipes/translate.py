@@ -33,6 +33,7 @@ takes and returns strings.
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
+import re
 from pathlib import Path
 
 from common import harness  # sets up the environment before Keras is imported
@@ -57,6 +58,7 @@ NAME = "translation"
 SENTENCEPIECE_FILE = "sentencepiece.model"
 DIRECTIONS = ("forward", "reverse")
 VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
+DEFAULT_VOCAB_SIZE = 8000
 
 
 def build_parser():
@@ -108,10 +110,10 @@ def _add_data_flags(parser):
     data.add_argument(
         "--vocab_size",
         type=harness.positive_int,
-        default=8000,
+        default=None,
         help="pieces of the joint SentencePiece vocabulary (ids 0 padding, 1 end, 2 unknown), "
         "trained on the training pairs and saved as MODEL_DIR/sentencepiece.model (a resumed run "
-        "reuses it)",
+        f"reuses it); default: {DEFAULT_VOCAB_SIZE}, or as many as a small training text supports",
     )
     data.add_argument(
         "--max_length",
@@ -303,19 +305,45 @@ def _directed(pairs, direction):
 
 def sentencepiece_file(args, run, text, train):
     """The joint vocabulary's `.model` file in the model folder, trained on
-    the training pairs' two sides unless a resumed run left one there."""
+    the training pairs' two sides unless a resumed run left one there
+    (`--evaluate_only` needs the trained model's)."""
     path = run.path(SENTENCEPIECE_FILE)
     if path.is_file():
         run.log(f"reusing the SentencePiece vocabulary {path}")
+    elif args.evaluate_only:
+        raise harness.UsageError(
+            f"--evaluate_only needs the trained model's vocabulary {path}: train first with the same "
+            "--model_dir (without --evaluate_only)"
+        )
     else:
-        run.log(f"training a joint SentencePiece vocabulary of {args.vocab_size} pieces on {len(train):,} pairs ...")
-        try:
-            text.train_sentencepiece(
-                (side for pair in train for side in pair), path, args.vocab_size, seed=args.seed
-            )
-        except ValueError as error:
-            raise harness.UsageError(str(error)) from None
+        train_vocabulary(args, run, text, train, path)
     return run.wrote("SentencePiece vocabulary", path)
+
+
+# SentencePiece's limit in `train_sentencepiece`'s error for a vocabulary
+# larger than the text supports.
+_SUPPORTED_PIECES = re.compile(r"at most (\d+) pieces")
+
+
+def train_vocabulary(args, run, text, train, path):
+    """Trains the vocabulary of `--vocab_size` pieces, or by default of
+    `DEFAULT_VOCAB_SIZE` or as many as the training text supports."""
+    sides = [side for pair in train for side in pair]
+    size = args.vocab_size or DEFAULT_VOCAB_SIZE
+    run.log(f"training a joint SentencePiece vocabulary of {size} pieces on {len(train):,} pairs ...")
+    try:
+        text.train_sentencepiece(sides, path, size, seed=args.seed)
+        return
+    except ValueError as error:
+        supported = _SUPPORTED_PIECES.search(str(error))
+        if args.vocab_size is not None or supported is None:
+            raise harness.UsageError(str(error)) from None
+    size = int(supported.group(1))
+    run.log(f"the training text supports at most {size} pieces: --vocab_size default {size}")
+    try:
+        text.train_sentencepiece(sides, path, size, seed=args.seed)
+    except ValueError as error:
+        raise harness.UsageError(str(error)) from None
 
 
 def counted(dataset):
@@ -479,6 +507,53 @@ def main(argv=None, callbacks=()):
     run.log(f"{len(train):,} training pairs, {len(held_out):,} held-out pairs ({args.direction})")
     vocabulary = sentencepiece_file(args, run, text, train)
     processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary))
+
+    def train_model():
+        return train_translation(args, run, text, processor, vocabulary, train, held_out, callbacks)
+
+    model, history = run.trained_or_saved(NAME, train_model)
+    with run.evaluation(NAME):
+        translator = Translator(
+            model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
+        )
+        evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out)
+        samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
+        print_samples(run, samples[: args.samples])
+        write_translations(run, scored_pairs, translations)
+        _, attention_source = attention_figure(run, model, translator, samples)
+        run.export(
+            model, NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
+            max_length=args.max_length,
+        )
+        settings = {
+            "name": NAME,
+            "preset": args.preset,
+            "position": args.position,
+            "max_relative_position": model_setting(args, "max_relative_position"),
+            "dropout": model_setting(args, "dropout"),
+            "vocab_size": processor.get_piece_size(),
+        }
+        report = {
+            "data": {
+                **data_facts,
+                "direction": args.direction,
+                "train_pairs": len(train),
+                "held_out_pairs": len(held_out),
+            },
+            "training": harness.training_history(history),
+            "held_out": evaluation,
+            "samples": samples[: args.samples],
+            "attention_sentence": attention_source,
+        }
+        report = run.write_report(report, model=model, model_settings=settings)
+    run.finish()
+    return report
+
+
+def train_translation(args, run, text, processor, vocabulary, train, held_out, callbacks):
+    """Builds and fits the model, validated on up to `VALIDATION_PAIRS`
+    held-out pairs; returns `(model, History)`."""
+    check_some_pair_fits(args, processor, train)
     tokenizer = text.tokenizer_from_file(vocabulary)
     dataset = text.translation_dataset(
         train, tokenizer, args.tokens_per_batch, args.max_length, shuffle=True, seed=args.seed
@@ -486,51 +561,30 @@ def main(argv=None, callbacks=()):
     validation = counted(text.translation_dataset(
         spread(held_out, VALIDATION_PAIRS), tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
     ))
+    validated = f"{int(validation.cardinality())} batches of held-out pairs validate training"
+    if not validation.cardinality():
+        validation, validated = None, f"no held-out pair fits --max_length {args.max_length}: no validation"
     with run.strategy.scope():
         model = build_model(args, processor.get_piece_size())
     run.log(
         f"{NAME} ({args.preset}, {args.position}): {model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of at most "
-        f"{args.tokens_per_batch} tokens a side"
+        f"{args.tokens_per_batch} tokens a side; {validated}"
     )
-    history = run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
-    run.save_model(model, NAME)
-    translator = Translator(
-        model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
+    return model, run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
+
+
+def check_some_pair_fits(args, processor, train):
+    """A `UsageError` naming `--max_length` when no training pair has both
+    sides within it (the repeated training data would be empty, and `fit`
+    would wait for its first batch forever)."""
+    for pair in train:
+        if all(len(processor.encode(side)) + 1 <= args.max_length for side in pair):
+            return
+    raise harness.UsageError(
+        f"--max_length {args.max_length}: no training pair fits, each has a side longer than "
+        f"{args.max_length} pieces with the end token; raise --max_length"
     )
-    evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out)
-    samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
-    print_samples(run, samples[: args.samples])
-    write_translations(run, scored_pairs, translations)
-    _, attention_source = attention_figure(run, model, translator, samples)
-    run.export(
-        model, NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
-        max_length=args.max_length,
-    )
-    report = {
-        "model": {
-            "name": NAME,
-            "preset": args.preset,
-            "position": args.position,
-            "max_relative_position": model_setting(args, "max_relative_position"),
-            "dropout": model_setting(args, "dropout"),
-            "vocab_size": processor.get_piece_size(),
-            "parameters": model.count_params(),
-        },
-        "data": {
-            **data_facts,
-            "direction": args.direction,
-            "train_pairs": len(train),
-            "held_out_pairs": len(held_out),
-        },
-        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
-        "held_out": evaluation,
-        "samples": samples[: args.samples],
-        "attention_sentence": attention_source,
-    }
-    report = run.write_report(report)
-    run.finish()
-    return report
 
 
 if __name__ == "__main__":

@@ -6,13 +6,19 @@ A recipe builds its parser with `recipe_parser(__doc__)` (plus `add_training_fla
 and `add_sampling_flags` with its own defaults), then:
 
     run = harness.start(args, recipe="music")
-    with run.strategy.scope():
-        model = ...
-        model.compile(...)
-    run.fit(model, train_data, validation_data=...)
-    run.save_model(model, "music_transformer")
-    run.export(model, "music_transformer")
-    run.write_report(report)
+
+    def train():
+        with run.strategy.scope():
+            model = ...
+            model.compile(...)
+        return model, run.fit(model, train_data, validation_data=...)
+
+    # Saved as music_transformer.keras; with --evaluate_only, loaded from there.
+    model, history = run.trained_or_saved("music_transformer", train)
+    with run.evaluation("music_transformer"):  # a failure says how to rerun it alone
+        ...
+        run.export(model, "music_transformer")
+        run.write_report(report, model=model)
     run.finish()  # prints "written:" and every output path
 
 `--model_dir` holds everything a run writes: `<name>.keras` (the trained
@@ -23,6 +29,7 @@ deleted when training completes), `logs/` (TensorBoard) and `report.json`.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -432,6 +439,35 @@ class Run:
         self.log(f"--evaluate_only: loading {path}")
         return keras.saving.load_model(path)
 
+    def trained_or_saved(self, name, train):
+        """`(model, history)`: with `--evaluate_only` the model an earlier run
+        saved as `name` and no history; else `train()`'s `(model, history)`,
+        the model saved as `name` before anything else happens."""
+        if self.args.evaluate_only:
+            with self.strategy.scope():
+                return self.load_saved_model(name), None
+        model, history = train()
+        self.save_model(model, name)
+        return model, history
+
+    @contextlib.contextmanager
+    def evaluation(self, name):
+        """Wraps everything a recipe does after training: when it fails and
+        the model is saved as `name`, says how to evaluate it again without
+        training."""
+        try:
+            yield
+        except Exception:
+            path = self.saved_model_path(name)
+            if self.chief and path.is_file():
+                print(
+                    f"the run failed after training; the trained model is saved as {path}. Evaluate it "
+                    "again without training: the same command with --evaluate_only",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            raise
+
     def save_model(self, model, name):
         """Saves the trained model as `<model_dir>/<name>.keras`."""
         path = self.saved_model_path(name)
@@ -455,15 +491,16 @@ class Run:
         self.log(f"exported {path}")
         return self.wrote("SavedModel for TensorFlow Serving", path)
 
-    def write_report(self, report, name="report.json", *, model=None):
+    def write_report(self, report, name="report.json", *, model=None, model_settings=None):
         """Writes `report` as indented JSON, with the model it scored (class,
-        parameters, its Keras config), the run's facts (strategy, dtype
-        policy, the epoch it resumed from, seconds, flags) and every output
-        written so far; returns that whole report."""
+        parameters, its Keras config, after the recipe's `model_settings`
+        such as its preset), the run's facts (strategy, dtype policy, the
+        epoch it resumed from, seconds, flags) and every output written so
+        far; returns that whole report."""
         report = {
             "recipe": self.recipe,
             **report,
-            **({"model": describe_model(model)} if model is not None else {}),
+            **({"model": {**(model_settings or {}), **describe_model(model)}} if model is not None else {}),
             "run": {
                 "strategy": self.args.strategy,
                 "replicas": self.strategy.num_replicas_in_sync,
@@ -500,6 +537,14 @@ def describe_model(model):
         "parameters": int(model.count_params()),
         "config": model.get_config(),
     }
+
+
+def training_history(history):
+    """A `History`'s figures as lists of floats; `None` without training
+    (`--evaluate_only`)."""
+    if history is None:
+        return None
+    return {key: [float(x) for x in values] for key, values in history.history.items()}
 
 
 def figure(value, spec=".3f"):

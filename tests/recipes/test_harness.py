@@ -222,3 +222,19 @@ def test_export_without_export_dir_writes_nothing(tmp_path):
     run = _start(tmp_path)
     assert run.export(_compiled(run), "linear") is None
     assert run.outputs == []
+
+
+def test_evaluate_only_loads_the_saved_model_and_a_failed_evaluation_says_how_to_rerun_it(tmp_path, capsys):
+    run = _start(tmp_path)
+    trained, history = run.trained_or_saved("linear", lambda: (model := _compiled(run), run.fit(model, _dataset())))
+    assert (tmp_path / "run" / "linear.keras").is_file() and len(harness.training_history(history)["loss"]) == 3
+    with pytest.raises(ValueError, match="broken evaluation"), run.evaluation("linear"):
+        raise ValueError("broken evaluation")
+    assert "the trained model is saved as " + str(tmp_path / "run" / "linear.keras") in capsys.readouterr().err
+
+    rerun = _start(tmp_path, "--evaluate_only")
+    loaded, history = rerun.trained_or_saved("linear", lambda: pytest.fail("--evaluate_only trained"))
+    assert history is None and harness.training_history(history) is None
+    np.testing.assert_array_equal(loaded.predict(X, verbose=0), trained.predict(X, verbose=0))
+    with pytest.raises(harness.UsageError, match="--evaluate_only needs the trained model"):
+        rerun.trained_or_saved("never_saved", lambda: pytest.fail("--evaluate_only trained"))

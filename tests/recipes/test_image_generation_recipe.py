@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 import image_generation
+import recipe_checks
 from common import image_attention
 
 pytestmark = [
@@ -225,3 +226,40 @@ def test_bad_flags_are_clear_errors(tmp_path, image_dir):
     argv = ["--model_dir", str(tmp_path), "--image_dir", str(image_dir), "--conditional", "--image_size", "4", *TINY]
     with pytest.raises(image_generation.harness.UsageError, match="--conditional needs class labels"):
         _main(argv)
+
+
+@pytest.fixture(scope="module")
+def small_folder_run(tmp_path_factory):
+    """A folder of 15 small PNG pictures, run with the default data flags
+    (held-out fraction, batch size larger than the training images)."""
+    folder = tmp_path_factory.mktemp("pictures")
+    rng = np.random.default_rng(3)
+    for index in range(15):
+        picture = np.full((10, 12, 3), rng.integers(0, 256, 3), "uint8")
+        picture[2:8, 3:9] = rng.integers(0, 256, 3)
+        Image.fromarray(picture).save(folder / f"picture_{index}.png")
+    model_dir = tmp_path_factory.mktemp("small_folder")
+    argv = ["--image_dir", str(folder), "--image_size", "4", "--preset", "tiny", "--epochs", "1",
+            "--steps_per_epoch", "1", "--samples", "1", "--completions", "1", "--verbose", "0"]
+    report, printed = _main([*argv, "--model_dir", str(model_dir)])
+    return argv, model_dir, report, printed
+
+
+def test_a_small_folder_runs_with_the_default_flags(small_folder_run):
+    _, model_dir, report, printed = small_folder_run
+    assert report["data"]["train_images"] == 12 and report["data"]["held_out_images"] == 3
+    assert "3 held out (the first 3 of them validate training)" in printed
+    assert len(report["training"]["val_loss"]) == 1 and np.isfinite(report["held_out_bits_per_dim"])
+    recipe_checks.assert_report_records_the_scored_model(model_dir, "image_generation")
+    assert report["model"]["image_shape"] == [4, 4, 3] and report["model"]["class"] == "ImageTransformer"
+
+
+def test_evaluate_only_reproduces_the_held_out_figures(small_folder_run, tmp_path):
+    argv, model_dir, report, _ = small_folder_run
+    again, _ = recipe_checks.evaluate_only(
+        image_generation.main, argv, model_dir, tmp_path / "again", ["image_generation.keras"]
+    )
+    for figure in ("held_out_bits_per_dim", "pixel_histogram_bits_per_dim", "completions"):
+        assert again[figure] == report[figure], figure
+    completions = [np.load(folder / "completions.npz")["completions"] for folder in (model_dir, tmp_path / "again")]
+    np.testing.assert_array_equal(*completions)

@@ -185,6 +185,22 @@ def test_the_report_says_which_model_it_scored(inputs, study):
         "parameters": model.count_params(), "vocabulary_size": music_data.MUSIC_VOCABULARY_SIZE,
         "note_state": False,
     }
+    assert report["model_path"] == str(root / "music.keras")
+    assert report["model"]["class"] == "MusicTransformer" and report["model"]["parameters"] == model.count_params()
+
+
+def test_default_windows_shrink_to_the_longest_held_out_performance():
+    from types import SimpleNamespace
+
+    def windows(primer, generate, longest):
+        args = SimpleNamespace(primer_events=primer, generate_events=generate)
+        music_decoding.fit_window_defaults(args, SimpleNamespace(log=print), [np.zeros(longest)])
+        return args.primer_events, args.generate_events
+
+    assert windows(None, None, 5000) == (256, 1024)
+    assert windows(None, None, 640) == (128, 512)  # half of each
+    assert windows(100, None, 640) == (100, 540) and windows(None, 600, 640) == (40, 600)
+    assert windows(300, 700, 640) == (300, 700)  # given: held_out_windows names them if they do not fit
 
 
 def test_the_worst_ratio_is_the_largest_either_way():

@@ -14,6 +14,7 @@ import pretty_midi
 import pytest
 
 import music
+import recipe_checks
 
 pytestmark = [
     pytest.mark.slow,
@@ -291,13 +292,25 @@ def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
         _main(argv)
 
 
-@pytest.mark.parametrize("flag,has_state", [("on", True), ("off", False)])
-def test_note_state_flag_gives_the_model_the_sounding_notes(flag, has_state):
+@pytest.mark.parametrize("flag,reacts", [("on", True), ("off", False)])
+def test_note_state_flag_gives_the_model_the_sounding_notes(flag, reacts):
+    """Two histories that differ only in whether pitch 60 was struck, far
+    outside what local attention sees from the last event: only the model
+    with the note state (that pitch still sounding) gives other logits there."""
     from keras_selfattn.data import music as music_data
 
-    args = music.build_parser().parse_args(["--model_dir", "unused", "--note_state", flag])
-    model = music.build_model(args, music_data.MUSIC_VOCABULARY_SIZE, 0, music_data.event_id_ranges())
-    assert ("note_state" in [layer.name for layer in model.layers]) == has_state
+    ranges = music_data.event_id_ranges()
+    argv = ["--model_dir", "unused", "--note_state", flag, "--attention", "relative_local", "--block_length", "4",
+            "--max_relative_position", "8"]
+    model = music.build_model(
+        music.build_parser().parse_args(argv), music_data.MUSIC_VOCABULARY_SIZE, 0, ranges
+    )
+    time_shift = ranges["time_shift"][0]
+    struck = np.array([[ranges["note_on"][0] + 60 - music_data.MIN_PITCH] + [time_shift] * 40], "int32")
+    silent = np.array([[time_shift + 1] + [time_shift] * 40], "int32")
+    last_logits = [keras.ops.convert_to_numpy(model(tokens))[0, -1] for tokens in (struck, silent)]
+    # Two local blocks of 4 events per layer: the first event is out of the last one's sight.
+    assert np.max(np.abs(last_logits[0] - last_logits[1])) > 1e-3 if reacts else np.array_equal(*last_logits)
 
 
 def test_a_local_table_longer_than_the_window_names_the_flags():
@@ -345,3 +358,54 @@ def test_attention_weights_are_each_heads_causal_softmax(attention, note_event_i
     logits = np.where(np.tril(np.ones((20, 20), bool)), logits, -np.inf)
     expected = np.exp(logits - logits.max(-1, keepdims=True))
     np.testing.assert_allclose(weights, expected / expected.sum(-1, keepdims=True), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def three_file_run(tmp_path_factory):
+    """The start of three of the embedded MAESTRO performances in a folder
+    of their own (no csv), each 300 to 800 events long: long enough for the
+    default training length (256) and too short for 4x it. Run with the
+    default data flags."""
+    from keras_selfattn.data import music as music_data
+
+    folder = tmp_path_factory.mktemp("three_files")
+    for name, seconds in (("Maestro_1.mid", 16.0), ("Maestro_3.mid", 10.0), ("Maestro_10.mid", 14.0)):
+        performance = pretty_midi.PrettyMIDI(str(music_data.default_midi_dir() / name))
+        for instrument in performance.instruments:
+            instrument.notes = [note for note in instrument.notes if note.end < seconds]
+            instrument.control_changes = [change for change in instrument.control_changes if change.time < seconds]
+        performance.write(str(folder / name))
+    model_dir = tmp_path_factory.mktemp("three_file_run")
+    argv = ["--midi_dir", str(folder), "--data_dir", str(tmp_path_factory.mktemp("data")), "--epochs", "1",
+            "--steps_per_epoch", "1", "--batch_size", "2", "--generate_events", "16", "--verbose", "0"]
+    report, printed = _main([*argv, "--model_dir", str(model_dir)])
+    return argv, model_dir, report, printed
+
+
+def test_a_three_file_folder_runs_with_the_default_flags(three_file_run):
+    _, model_dir, report, printed = three_file_run
+    assert "1 test, 1 validation, 1 train" in printed
+    held_out_events = report["data"]["held_out_events"]
+    measured = [f"{f}x" for f in music.EVALUATION_FACTORS if held_out_events > f * 256]
+    unmeasured = [f"{f}x" for f in music.EVALUATION_FACTORS if held_out_events <= f * 256]
+    assert measured and unmeasured, f"{held_out_events} held-out events measure every length or none"
+    assert list(report["held_out_nll_per_event"]) == measured
+    for factor in unmeasured:
+        assert f"at {factor} the training length ({int(factor[0]) * 256} events): n/a" in printed
+    assert "chunks of 257 monitoring events validate training" in printed
+    assert report["continuation"]["generated_events"] == 16
+    recipe_checks.assert_report_records_the_scored_model(model_dir, "music")
+    assert report["model"]["class"] == "MusicTransformer" and report["model"]["attention"] == "relative_global"
+
+
+def test_evaluate_only_reproduces_the_held_out_figures(three_file_run, tmp_path):
+    argv, model_dir, report, _ = three_file_run
+    again, _ = recipe_checks.evaluate_only(music.main, argv, model_dir, tmp_path / "again", ["music.keras"])
+    assert again["held_out_nll_per_event"] == report["held_out_nll_per_event"]
+    assert again["continuation"] == report["continuation"]
+
+
+def test_a_continuation_without_notes_has_null_figures():
+    checks = music.sanity([], piece_seconds=3.0)
+    assert checks["notes"] == 0 and checks["notes_per_second"] is None and checks["pitch_range"] is None
+    assert json.loads(json.dumps(checks))["longest_note_over_piece"] is None

@@ -12,7 +12,9 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from PIL import Image
 
+import recipe_checks
 import super_resolution
 
 pytestmark = [
@@ -217,6 +219,11 @@ def test_validation_and_test_images_are_disjoint_and_the_scored_ones_are_test_im
     # Fewer test images than asked for: all of them are scored.
     _, test, scored = super_resolution.held_out_parts(10, 4, 50, seed=0)
     np.testing.assert_array_equal(scored, np.arange(6))
+    # By default 64 validate, at most half of what is held out; a single held-out image is the test image.
+    assert [super_resolution.validation_count(n, None) for n in (1, 2, 5, 128, 500)] == [0, 1, 2, 64, 64]
+    assert super_resolution.validation_count(5, 4) == 4
+    validation, test, scored = super_resolution.held_out_parts(1, 0, 64, seed=0)
+    assert len(validation) == 0 and list(test) == list(scored) == [0]
     with pytest.raises(super_resolution.harness.UsageError, match="--validation_images 10 must leave test images"):
         super_resolution.held_out_parts(10, 10, 5, seed=0)
 
@@ -300,3 +307,65 @@ def test_scores_of_a_model_without_upsampler_compare_with_bicubic_only():
     assert quality["model_temperature_0"]["psnr_minus_bicubic"] < 0 == quality["bicubic"]["psnr_minus_bicubic"]
     table = super_resolution.quality_table(quality, {"bicubic": "bicubic", "model_temperature_0": "decoder T=0"})
     assert len(table) == 3 and "minus bicubic" in table[0] and "upsampler" not in table[0]
+
+
+def test_one_scored_image_gives_no_interval_and_prints_n_a():
+    high = np.random.default_rng(1).integers(0, 256, (1, 8, 8, 1))
+    outputs = {"bicubic": 255 - high, "upsampler": high // 2, "model_temperature_0": high}
+    quality = super_resolution.score(high, outputs, estimates=outputs["upsampler"])
+    assert quality["model_temperature_0"]["psnr_interval"] is None
+    assert quality["model_temperature_0"]["psnr_minus_bicubic_interval"] is None
+    assert quality["model_temperature_0"]["psnr_minus_bicubic"] > 0
+    labels = {name: name for name in outputs}
+    table = super_resolution.quality_table(quality, labels)
+    assert all("n/a..n/a" not in line and "n/a" in line for line in table[1:])
+    assert json.loads(json.dumps(quality))["upsampler"]["psnr_interval"] is None
+
+
+@pytest.fixture(scope="module")
+def small_folder_run(tmp_path_factory):
+    """A folder of 15 small PNG photos, run with the default data flags
+    (held-out fraction, validation, scored images, batch size, grid rows)."""
+    folder = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(5)
+    for index in range(15):
+        photo = np.full((20, 24, 3), rng.integers(0, 256, 3), "uint8")
+        photo[4:14, 6:18] = rng.integers(0, 256, 3)
+        Image.fromarray(photo).save(folder / f"photo_{index}.png")
+    model_dir = tmp_path_factory.mktemp("small_folder")
+    argv = [
+        "--image_dir", str(folder), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1",
+        "--steps_per_epoch", "1", "--upsampler_epochs", "1", "--temperatures", "0", "--verbose", "0",
+    ]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = super_resolution.main([*argv, "--model_dir", str(model_dir)])
+    return argv, model_dir, report, printed.getvalue()
+
+
+def test_a_small_folder_runs_with_the_default_flags(small_folder_run):
+    _, model_dir, report, printed = small_folder_run
+    # 15 photos, a third held out: 2 validate (half of 5), 3 are test images, all scored and drawn.
+    assert report["data"]["train_images"] == 10 and report["data"]["held_out_images"] == 5
+    held_out = report["held_out"]
+    assert (held_out["validation_images"], held_out["images"], held_out["scored_images"]) == (2, 3, 3)
+    assert "held out: 2 validation images (--validation_images default" in printed
+    assert len(report["training"]["val_loss"]) == 1
+    assert np.load(model_dir / "super_resolution_samples.npz")["original"].shape == (3, 8, 8, 3)
+    recipe_checks.assert_report_records_the_scored_model(model_dir, "super_resolution")
+
+
+def test_evaluate_only_reproduces_the_held_out_figures(small_folder_run, tmp_path):
+    argv, model_dir, report, _ = small_folder_run
+    again, _ = recipe_checks.evaluate_only(
+        super_resolution.main, argv, model_dir, tmp_path / "again", ["super_resolution.keras"]
+    )
+    assert again["held_out"] == report["held_out"]
+    assert recipe_checks.read_report(tmp_path / "again")["model"] == recipe_checks.read_report(model_dir)["model"]
+
+
+def test_validation_images_the_held_out_split_cannot_hold_name_the_flag(small_folder_run, tmp_path):
+    argv, _, _, _ = small_folder_run
+    with pytest.raises(super_resolution.harness.UsageError, match="--validation_images 5 must leave test images"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            super_resolution.main([*argv, "--model_dir", str(tmp_path), "--validation_images", "5"])

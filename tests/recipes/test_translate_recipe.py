@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import recipe_checks
 import translate
 
 pytestmark = [
@@ -23,7 +24,7 @@ COLOURS = [("black", "noir"), ("white", "blanc"), ("green", "vert"), ("grey", "g
 MOODS = [("small", "petit"), ("tall", "grand"), ("happy", "content"), ("tired", "fatigué")]
 TINY = [
     "--epochs", "2", "--steps_per_epoch", "2", "--tokens_per_batch", "256", "--max_length", "24",
-    "--vocab_size", "40", "--held_out_fraction", "0.1", "--beam_size", "2", "--decode_batch_size", "8",
+    "--held_out_fraction", "0.1", "--beam_size", "2", "--decode_batch_size", "8",
     "--samples", "3", "--verbose", "0", "--seed", "1",
 ]
 
@@ -129,12 +130,15 @@ def test_bleu_and_chrf_report_is_sacrebleu_on_the_written_translations(short_run
 def test_the_model_is_tied_and_reloads(short_run):
     import keras
 
-    model_dir, report, _ = short_run
+    model_dir, report, printed = short_run
     model = keras.models.load_model(model_dir / "translation.keras")
     logits = model.get_layer("logits")
     assert logits.embedding is model.get_layer("source_embedding")
-    assert logits.units == report["model"]["vocab_size"] == 40
+    # The default --vocab_size, 8000, is more than the text supports: as many pieces as it does.
+    supported = int(printed.split("the training text supports at most ")[1].split()[0])
+    assert 40 < logits.units == report["model"]["vocab_size"] == supported < translate.DEFAULT_VOCAB_SIZE
     assert model.count_params() == report["model"]["parameters"]
+    recipe_checks.assert_report_records_the_scored_model(model_dir, "translation")
 
 
 def test_exported_translate_equals_the_recipes_translations(short_run):
@@ -189,3 +193,20 @@ def test_flag_values_out_of_range_are_rejected(capsys):
             translate.build_parser().parse_args(["--model_dir", "m", flag, value])
         assert "expected a number in" in capsys.readouterr().err
     assert np.isclose(translate.build_parser().parse_args(["--model_dir", "m"]).label_smoothing, 0.1)
+
+
+def test_evaluate_only_reproduces_the_held_out_figures(short_run, pairs_tsv, tmp_path):
+    model_dir, report, _ = short_run
+    argv = ["--pairs_tsv", str(pairs_tsv), "--direction", "reverse", "--position", "shaw", *TINY]
+    again, _ = recipe_checks.evaluate_only(
+        translate.main, argv, model_dir, tmp_path / "again", ["translation.keras", translate.SENTENCEPIECE_FILE]
+    )
+    assert again["held_out"] == report["held_out"] and again["samples"] == report["samples"]
+    with pytest.raises(translate.harness.UsageError, match="--evaluate_only needs the trained model's vocabulary"):
+        translate.main([*argv, "--model_dir", str(tmp_path / "empty"), "--evaluate_only"])
+
+
+def test_training_pairs_longer_than_max_length_name_the_flag(pairs_tsv, tmp_path):
+    argv = ["--pairs_tsv", str(pairs_tsv), "--model_dir", str(tmp_path), "--max_length", "3", "--verbose", "0"]
+    with pytest.raises(translate.harness.UsageError, match="--max_length 3: no training pair fits"):
+        translate.main(argv)

@@ -1,0 +1,42 @@
+"""What the recipes' tests check the same way: the model a report says it
+scored, and an `--evaluate_only` rerun on a tiny run's saved model."""
+
+import contextlib
+import io
+import json
+import shutil
+
+import keras
+
+
+def read_report(model_dir):
+    return json.loads((model_dir / "report.json").read_text())
+
+
+def assert_report_records_the_scored_model(model_dir, name):
+    """report.json's `model` is the saved `<name>.keras`: its class,
+    parameter count and Keras config."""
+    recorded = read_report(model_dir)["model"]
+    model = keras.models.load_model(model_dir / f"{name}.keras")
+    assert recorded["class"] == type(model).__name__
+    assert recorded["parameters"] == model.count_params() > 0
+    assert recorded["config"] == json.loads(json.dumps(model.get_config(), default=_plain))
+
+
+def _plain(value):
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def evaluate_only(main, argv, model_dir, fresh_dir, files):
+    """`(report, printed)` of `main(argv + --evaluate_only)` in `fresh_dir`,
+    a model folder holding only `files` copied from `model_dir` (the
+    trained model and what else its evaluation reads)."""
+    fresh_dir.mkdir()
+    for name in files:
+        shutil.copy(model_dir / name, fresh_dir / name)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = main([*argv, "--model_dir", str(fresh_dir), "--evaluate_only"])
+    assert "--evaluate_only: loading" in printed.getvalue()
+    assert report["training"] is None
+    return report, printed.getvalue()
