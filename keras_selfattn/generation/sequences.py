@@ -123,11 +123,12 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
     there, up to the buffer's end (`width + max_new_tokens` columns; so
     `max_new_tokens` may then be 0): the caller keeps what each row asked for.
 
-    The whole width fills the cache in one call. A row whose primer is
-    shorter gets its padding's cache entries overwritten by its own steps
-    before any query can see them (a step writes its position first, and
-    attention is causal); a row whose primer is longer than the shortest is
-    fed its own next primer token, not the chosen one, until its primer ends.
+    The whole width fills the cache in one call, the columns from the
+    shortest primer's last token on as zeros: the steps rewrite each of those
+    positions before any query can see it (a step writes its position first,
+    and attention is causal). A row whose primer is longer than the shortest
+    is fed its own next primer token, not the chosen one, until its primer
+    ends.
 
     With `note_rules` (a `NoteRules`), the logits of each step are masked by
     what sounds after the tokens so far, which the loop carries along.
@@ -141,7 +142,12 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
         start = ops.min(primer_length) - 1
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
     caches = model.initial_caches(ops.shape(primer)[0], total_length)
-    _, caches = model.call_with_cache(primer[:, :-1], caches, 0)
+    prefill = primer[:, :-1]
+    if primer_length is not None:
+        # The steps from `start` on rewrite those positions; their tokens must
+        # not reach the note state, which carries its past and cannot forget.
+        prefill = ops.where(ops.arange(width - 1, dtype="int32")[None, :] < start, prefill, 0)
+    _, caches = model.call_with_cache(prefill, caches, 0)
     state = (tokens, caches)
     if note_rules is not None:
         state += (note_rules.sounding(tokens, start + 1),)

@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-from keras_selfattn.ops.cache import update_token_cache
-from keras_selfattn.ops.note_state import note_state
+from keras_selfattn.ops.note_state import initial_last_note_events, note_state, note_state_after
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -20,13 +19,16 @@ class NoteStateEmbedding(keras.layers.Layer):
     releasing notes older than a few dozen events.
 
     Shapes: input int `[batch, length]` event ids; output `[batch, length,
-    output_dim]`. With a `cache` (int32 `[batch, max_length]`, the tokens
-    so far) the call reads every earlier token from it and returns
-    `(output, updated cache)`, so a loop of cached steps equals the full call.
+    output_dim]`. With a `cache` (`initial_cache(batch_size)`: int32
+    `[batch, 2, num_pitches]`, the position of every pitch's latest note-on
+    and note-off so far) the call returns `(output, updated cache)`, so a
+    loop of cached steps equals the full call; a step costs the same at
+    any position. Id 0 (padding, and the start of a sequence) is never a
+    note event: a padded prefill leaves the state as it was.
 
     Args:
-        note_on_id: the id of the lowest pitch's note-on; `num_pitches`
-            consecutive ids follow.
+        note_on_id: the id of the lowest pitch's note-on, >= 1;
+            `num_pitches` consecutive ids follow.
         note_off_id: the same for note-offs.
         num_pitches: how many pitches the vocabulary has.
         output_dim: channels of the output.
@@ -36,7 +38,7 @@ class NoteStateEmbedding(keras.layers.Layer):
 
     Call arguments:
         tokens: int `[batch, length]`.
-        cache: int32 `[batch, max_length]` or None.
+        cache: int32 `[batch, 2, num_pitches]` (from `initial_cache`) or None.
         cache_update_index: position of `tokens`' first column in the cache
             (int or scalar tensor).
 
@@ -54,8 +56,8 @@ class NoteStateEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for name, value, lowest in (
-            ("note_on_id", note_on_id, 0),
-            ("note_off_id", note_off_id, 0),
+            ("note_on_id", note_on_id, 1),
+            ("note_off_id", note_off_id, 1),
             ("num_pitches", num_pitches, 1),
             ("output_dim", output_dim, 1),
         ):
@@ -84,9 +86,12 @@ class NoteStateEmbedding(keras.layers.Layer):
         ids = (self.note_on_id, self.note_off_id, self.num_pitches)
         if cache is None:
             return self._embed(note_state(tokens, *ids))
-        cache = update_token_cache(cache, tokens, cache_update_index)
-        state = note_state(cache, *ids, start=cache_update_index, length=ops.shape(tokens)[1])
+        state, cache = note_state_after(cache, tokens, *ids, start=cache_update_index)
         return self._embed(state), cache
+
+    def initial_cache(self, batch_size):
+        """The cache before the first token: int32 `[batch, 2, num_pitches]` of -1."""
+        return initial_last_note_events(batch_size, self.num_pitches)
 
     def _embed(self, state):
         return ops.matmul(ops.cast(state, self.compute_dtype), ops.cast(self.kernel, self.compute_dtype))

@@ -31,7 +31,7 @@ def embed_tokens(embedding, tokens, position=None, cache_update_index=0):
 def embed_targets(layers, tokens, note_cache=None, cache_update_index=0):
     """`(decoder input, note cache)`: the target tokens' embeddings and
     position signal, plus the sounding notes' embedding where the model has
-    a `note_state` layer. With a `note_cache` (the tokens so far, which
+    a `note_state` layer. With a `note_cache` (its cache, which
     that layer reads) it is returned updated; otherwise `None` comes back."""
     x = embed_tokens(layers["target_embedding"], tokens, layers.get("target_position"), cache_update_index)
     note_state = layers.get("note_state")
@@ -73,12 +73,13 @@ def numbered_layers(layers, prefix):
 def initial_caches(layers, batch_size, max_length):
     """One zero self-attention cache per decoder block,
     `[batch, 2, max_length, num_heads, key_dim]` each, then, where the model
-    has a `note_state` layer, the tokens so far, int32 `[batch, max_length]`."""
+    has a `note_state` layer, its cache (each pitch's latest note-on and
+    note-off position, int32 `[batch, 2, num_pitches]`)."""
     caches = []
     for block in numbered_layers(layers, "decoder_block_"):
         caches.append(block.self_attention.initial_cache(batch_size, max_length))
     if "note_state" in layers:
-        caches.append(ops.zeros((batch_size, max_length), dtype="int32"))
+        caches.append(layers["note_state"].initial_cache(batch_size))
     return caches
 
 

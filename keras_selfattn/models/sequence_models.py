@@ -44,8 +44,8 @@ class SequenceTransformer(FamilyModel):
     def initial_caches(self, batch_size, max_length):
         """One zero self-attention cache per decoder block,
         `[batch, 2, max_length, num_heads, key_dim]` each, then, for a model
-        that embeds the sounding notes, the tokens so far, int32 `[batch,
-        max_length]`."""
+        that embeds the sounding notes, each pitch's latest note-on and
+        note-off position, int32 `[batch, 2, num_pitches]`."""
         return initial_caches(self._named_layers, batch_size, max_length)
 
     def call_with_cache(

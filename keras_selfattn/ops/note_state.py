@@ -122,7 +122,42 @@ def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=Non
     last_on, last_off = last_note_events(tokens, note_on_id, note_off_id, num_pitches, start, length)
     if length is None:
         length = ops.shape(tokens)[1]
-    positions = ops.arange(length, dtype="int32")[None, :, None] + ops.cast(start, "int32")
+    return _state_features(last_on, last_off, _positions(length, start))
+
+
+def initial_last_note_events(batch_size, num_pitches):
+    """int32 `[batch, 2, num_pitches]` of -1: no pitch has had a note-on
+    (row 0) or a note-off (row 1) yet; the start of `note_state_after`."""
+    return ops.full((batch_size, 2, num_pitches), -1, dtype="int32")
+
+
+def note_state_after(last_events, tokens, note_on_id, note_off_id, num_pitches, start):
+    """`(state, last_events)`: `note_state` of `tokens [batch, length]` at
+    positions `start ...`, given the position of every pitch's latest
+    note-on and note-off before them (`last_events`, int32 `[batch, 2,
+    num_pitches]`, -1 for none), and those positions after them.
+
+    A loop of these equals `note_state` over the whole sequence, with a
+    state of `2 * num_pitches` positions instead of the tokens so far: a
+    cached step reads no earlier token.
+    """
+    on, off = pitch_hits(tokens, note_on_id, note_off_id, num_pitches)
+    positions = _positions(ops.shape(tokens)[1], start)
+    never = ops.full_like(positions, -1)
+    last_on, last_off = (
+        ops.maximum(running_max(ops.where(hits, positions, never)), last_events[:, row : row + 1])
+        for row, hits in enumerate((on, off))
+    )
+    return _state_features(last_on, last_off, positions), ops.stack([last_on[:, -1], last_off[:, -1]], axis=1)
+
+
+def _positions(length, start):
+    """int32 `[1, length, 1]`: the positions `start ... start + length - 1`."""
+    return ops.arange(length, dtype="int32")[None, :, None] + ops.cast(start, "int32")
+
+
+def _state_features(last_on, last_off, positions):
+    """The `note_state` features from each pitch's latest note-on and note-off."""
     sounding = last_on > last_off
     age = ops.cast(positions - last_on, "float32")
     scaled_age = ops.where(sounding, ops.log1p(age) / _AGE_SCALE, ops.zeros_like(age))

@@ -27,20 +27,27 @@ def test_output_is_the_state_through_the_kernel():
 def test_cached_steps_equal_the_full_call():
     layer = NoteStateEmbedding(**IDS, output_dim=5)
     full = ops.convert_to_numpy(layer(TOKENS))
-    cache = np.zeros((3, 16), "int32")
+    cache = layer.initial_cache(3)
+    assert tuple(cache.shape) == (3, 2, 4)
     output, cache = layer(TOKENS[:, :6], cache=cache, cache_update_index=0)
     steps = [ops.convert_to_numpy(output)]
     for t in range(6, 13):
         output, cache = layer(TOKENS[:, t : t + 1], cache=cache, cache_update_index=t)
         steps.append(ops.convert_to_numpy(output))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
-    np.testing.assert_array_equal(ops.convert_to_numpy(cache)[:, :13], TOKENS)
+    last = ops.convert_to_numpy(cache)
+    for batch in range(3):
+        for row, first_id in enumerate((IDS["note_on_id"], IDS["note_off_id"])):
+            for pitch in range(IDS["num_pitches"]):
+                hits = np.flatnonzero(TOKENS[batch] == first_id + pitch)
+                assert last[batch, row, pitch] == (hits[-1] if hits.size else -1)
 
 
 @pytest.mark.parametrize(
     "overrides,message",
     [
         (dict(num_pitches=0), "`num_pitches` must be an integer >= 1"),
+        (dict(note_on_id=0, note_off_id=6), "`note_on_id` must be an integer >= 1"),
         (dict(output_dim=2.0), "`output_dim` must be an integer >= 1"),
         (dict(note_off_id=4), r"note-on ids \[2, 6\) and note-off ids \[4, 8\) must not overlap"),
     ],

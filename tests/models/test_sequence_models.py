@@ -77,7 +77,7 @@ def test_music_note_state_reaches_the_logits_and_survives_a_save(tmp_path):
     model.save(tmp_path / "music.keras")
     loaded = keras.saving.load_model(tmp_path / "music.keras")
     np.testing.assert_allclose(np.asarray(loaded(released)), after, atol=1e-6)
-    assert len(loaded.initial_caches(1, 4)) == 3  # two blocks, then the tokens so far
+    assert len(loaded.initial_caches(1, 4)) == 3  # two blocks, then the note state
 
 
 @pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
