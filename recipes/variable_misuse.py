@@ -4,12 +4,16 @@ Hellendoorn et al. 2020).
 
 Data: every function of the `.py` files under `--source_dir`, by default the
 running interpreter's own standard library (offline). Files are split whole
-into training and held-out parts (`--held_out_fraction`), identical
-functions are kept once, files that do not parse are skipped and named. In
-half the functions one read of a variable is replaced by another variable of
-the same function (keras_selfattn.data.programs). Each function is a graph
-over its tokens: next token, syntax parent/child and sibling, last use, last
-write and computed-from edges, each with its reverse.
+into training and held-out parts (`--held_out_fraction`, by a hash of the
+path and `--seed`), identical functions are kept once, a held-out function
+that is a training function with its identifiers renamed and literals
+changed is removed (the log says how many), files that do not parse are
+skipped and named. In half the functions one read of a variable is replaced
+by another variable of the same function (keras_selfattn.data.programs).
+Each function is a graph over its tokens: next token, syntax parent/child
+and sibling, last use, last write and computed-from edges, each with its
+reverse. Any folder works, however small: a batch larger than the training
+part repeats functions, validation takes what is held out (up to 512).
 
 The model: `keras_selfattn.models.graph_transformer` (token embeddings,
 `--num_layers` pre-norm encoder blocks of relational attention, a final
@@ -21,22 +25,30 @@ distance relations only (a relative-position Transformer).
 
 The run prints and writes to `--model_dir`: held-out classification
 accuracy (bug or no bug), localisation accuracy and repair accuracy (on the
-buggy functions), each next to a majority baseline, in `report.json` with
-the data counts (files, skipped files by name, functions, duplicates, edge
-types); `attention.png` (the last block's attention over one held-out
-buggy function, tokens on the axes); the trained `.keras` model,
-checkpoints and TensorBoard logs. With `--export_dir`, a SavedModel for
-TensorFlow Serving whose serving_default takes `token_ids` int32 `[B, N]`
-and `relations` int32 `[B, N, N]` (relation ids as the recipe makes them)
-and gives the `bug` and `repair` logits float32 `[B, N]`.
+buggy functions), each next to a majority baseline, over all held-out
+functions and again without the `self` swaps (bugs whose wrong or right
+variable is `self`), in `report.json` with the scored model and the data
+counts (files, skipped files by name, functions, duplicates, near
+duplicates, edge types); a figure the held-out part cannot give (no bug in
+it, say) is null there and n/a in the printout. Also `attention.png` (the
+last block's attention over one held-out buggy function, tokens on the
+axes); the trained `.keras` model (saved before the evaluation: a failed
+evaluation prints the command that reruns only it, with `--evaluate_only`),
+its training history (which an `--evaluate_only` report carries again),
+checkpoints and TensorBoard logs. With `--export_dir`, a
+SavedModel for TensorFlow Serving whose serving_default takes `token_ids`
+int32 `[B, N]` and `relations` int32 `[B, N, N]` (relation ids as the
+recipe makes them) and gives the `bug` and `repair` logits float32 `[B, N]`
+and each row's `status` string `[B]` (empty when the row was answered).
 
     python recipes/variable_misuse.py --model_dir runs/varmisuse --edges all
     python recipes/variable_misuse.py --model_dir runs/varmisuse_none --edges none
+    python recipes/variable_misuse.py --model_dir runs/varmisuse --edges all --evaluate_only
     python recipes/variable_misuse.py --model_dir runs/mine --source_dir ~/src/project
     python recipes/variable_misuse.py --model_dir runs/varmisuse --export_dir exports
 """
 
-import collections
+import dataclasses
 
 from common import harness  # sets up the environment before Keras is imported
 
@@ -44,12 +56,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from common import plots  # noqa: E402
-from keras_selfattn.models import graph_transformer  # noqa: E402
+from keras_selfattn.models import GraphTransformer, graph_transformer  # noqa: E402
 
 NAME = "variable_misuse"
 EDGE_CHOICES = ("all", "none")
 PLOT_MAX_TOKENS = 48  # the attention figure's function has at most this many tokens
-VALIDATION_EXAMPLES = 512
+VALIDATION_EXAMPLES = 512  # at most this many held-out functions are validated on each epoch
 
 
 def build_parser():
@@ -65,7 +77,8 @@ def build_parser():
         "--held_out_fraction",
         type=harness.fraction,
         default=0.1,
-        help="share of the files held out for evaluation (whole files: no function in both parts)",
+        help="share of the files held out for evaluation, chosen by a hash of each file's path and "
+        "--seed (whole files: no function in both parts)",
     )
     data.add_argument(
         "--max_tokens",
@@ -125,8 +138,20 @@ def parse_args(argv=None):
 # ------------------------------------------------------------------- data
 
 
+@dataclasses.dataclass
+class Data:
+    """The examples of both parts, the vocabulary, their arrays
+    (`{"train": ..., "held_out": ...}`) and the data counts for the report."""
+
+    train: list
+    held_out: list
+    vocabulary: list
+    arrays: dict
+    counts: dict
+
+
 def load_data(args, run, programs):
-    """Training and held-out examples, the vocabulary and their arrays."""
+    """The training and held-out examples of `--source_dir` and their arrays."""
     if args.source_dir is None:
         run.log(f"default data: this interpreter's standard library, {programs.default_source_dir()}")
     try:
@@ -136,11 +161,11 @@ def load_data(args, run, programs):
         )
     except ValueError as error:
         raise harness.UsageError(f"--source_dir: {error}") from None
-    if args.eval_examples and len(held_out) > args.eval_examples:
-        spread = np.linspace(0, len(held_out) - 1, args.eval_examples).round().astype(int)
-        held_out = [held_out[i] for i in spread]
+    if args.eval_examples:
+        held_out = [held_out[i] for i in spread_rows(len(held_out), args.eval_examples)]
     counts["skipped_file_count"] = len(counts["skipped_files"])
     counts["edge_types_train"] = programs.edge_type_counts(train)
+    counts["held_out_self_swaps"] = int(self_swaps(held_out).sum())
     for part, examples in (("train", train), ("held_out", held_out)):
         run.log(
             f"{part}: {len(examples)} functions ({sum(e.has_bug for e in examples)} with a bug), "
@@ -157,7 +182,24 @@ def load_data(args, run, programs):
         "train": programs.encode_examples(train, vocabulary, length),
         "held_out": programs.encode_examples(held_out, vocabulary, length),
     }
-    return train, held_out, vocabulary, arrays, counts
+    return Data(train, held_out, vocabulary, arrays, counts)
+
+
+def spread_rows(count, limit):
+    """At most `limit` row indices spread evenly over `count` rows (all of
+    them when `count <= limit`)."""
+    if count <= limit:
+        return np.arange(count)
+    return np.linspace(0, count - 1, limit).round().astype(int)
+
+
+def self_swaps(examples):
+    """Boolean `[n]`: the examples whose bug puts `self` in place of another
+    variable or another variable in place of `self`. In methods these are
+    the most frequent and easiest bugs, so they are also scored apart."""
+    return np.array(
+        [e.has_bug and "self" in (e.original_name, e.replacement_name) for e in examples], dtype=bool
+    )
 
 
 def batch_inputs(programs, arrays, rows, args):
@@ -170,20 +212,39 @@ def batch_targets(arrays, rows):
     return {"bug": arrays["bug_position"][rows], "repair": arrays["repair_targets"][rows]}
 
 
+def training_rows(count, batch_size, seed):
+    """Endless batches of row indices (each sorted): passes over the `count`
+    rows one after another, each in a new order from `seed`, cut into
+    batches of `batch_size`; a batch may span two passes, so a batch larger
+    than the data holds rows more than once.
+
+    Raises:
+        ValueError: `count` is not positive (no batch could ever be drawn).
+    """
+    if count < 1:
+        raise ValueError(f"`count` must be at least 1 training example, got {count!r}")
+    return _batches_of_passes(count, batch_size, np.random.default_rng(seed))
+
+
+def _batches_of_passes(count, batch_size, rng):
+    stream = np.empty(0, dtype=int)
+    while True:
+        while len(stream) < batch_size:
+            stream = np.concatenate([stream, rng.permutation(count)])
+        yield np.sort(stream[:batch_size])
+        stream = stream[batch_size:]
+
+
 def training_dataset(programs, arrays, args):
-    """Endless shuffled batches (a new order each pass, from `--seed`)."""
+    """Endless shuffled batches of `--batch_size` functions (`training_rows`)."""
     import tensorflow as tf
 
-    count = len(arrays["token_ids"])
-    length = arrays["token_ids"].shape[1]
+    count, length = arrays["token_ids"].shape
+    training_rows(count, args.batch_size, args.seed)  # refuses no data here, not inside tf.data
 
     def batches():
-        rng = np.random.default_rng(args.seed)
-        while True:
-            order = rng.permutation(count)
-            for start in range(0, count - args.batch_size + 1, args.batch_size):
-                rows = np.sort(order[start : start + args.batch_size])
-                yield batch_inputs(programs, arrays, rows, args), batch_targets(arrays, rows)
+        for rows in training_rows(count, args.batch_size, args.seed):
+            yield batch_inputs(programs, arrays, rows, args), batch_targets(arrays, rows)
 
     signature = (
         {
@@ -260,35 +321,49 @@ def predict_pointers(model, programs, arrays, args):
 
 def accuracies(arrays, bug_guess, repair_guess):
     """Classification accuracy (bug or not, over all functions); localisation,
-    repair and both together over the functions with a bug."""
+    repair and both together over the functions with a bug. A figure with
+    nothing to count (no function, no bug) is None."""
     has_bug = arrays["has_bug"].astype(bool)
     rows = np.arange(len(has_bug))
     located = bug_guess == arrays["bug_position"]
     repaired = arrays["repair_targets"][rows, repair_guess] > 0
     return {
-        "classification": float(np.mean((bug_guess != 0) == has_bug)),
-        "localisation": float(np.mean(located[has_bug])) if has_bug.any() else None,
-        "repair": float(np.mean(repaired[has_bug])) if has_bug.any() else None,
-        "localisation_and_repair": float(np.mean((located & repaired)[has_bug])) if has_bug.any() else None,
+        "classification": _share((bug_guess != 0) == has_bug),
+        "localisation": _share(located[has_bug]),
+        "repair": _share(repaired[has_bug]),
+        "localisation_and_repair": _share((located & repaired)[has_bug]),
     }
 
 
+def _share(hits):
+    """The share of true values in `hits`, None when it is empty."""
+    return float(np.mean(hits)) if len(hits) else None
+
+
 def majority_baseline(train_arrays, held_out_arrays):
-    """The held-out accuracies of always answering the training set's most
-    frequent class and positions (the bug's, and the repair's)."""
-    has_bug = train_arrays["has_bug"].astype(bool)
-    buggy_positions = train_arrays["bug_position"][has_bug]
-    most_common_bug = collections.Counter(buggy_positions.tolist()).most_common(1)[0][0]
-    predicts_bug = has_bug.mean() > 0.5
-    bug_guess = np.full(len(held_out_arrays["has_bug"]), most_common_bug if predicts_bug else 0)
-    repair_position = int(np.argmax(train_arrays["repair_targets"].sum(0)))
-    scores = accuracies(held_out_arrays, bug_guess, np.full_like(bug_guess, repair_position))
-    # The localisation baseline is the most common bug position even when
-    # the majority class is "no bug".
-    if not predicts_bug and held_out_arrays["has_bug"].any():
-        buggy = held_out_arrays["has_bug"].astype(bool)
-        scores["localisation"] = float(np.mean(held_out_arrays["bug_position"][buggy] == most_common_bug))
+    """The held-out accuracies of constant answers learnt from the training
+    arrays: their more frequent class (no bug on a tie) for classification;
+    their most frequent bug position and repair position (the first on a
+    tie) for localisation and repair, on the held-out buggy functions,
+    whatever the class. Without a training bug there is no position to
+    learn: those figures are None."""
+    train_has_bug = train_arrays["has_bug"].astype(bool)
+    held_out_has_bug = held_out_arrays["has_bug"].astype(bool)
+    classification = _share(held_out_has_bug == (train_has_bug.mean() > 0.5))
+    if not train_has_bug.any():
+        return {"classification": classification, "localisation": None, "repair": None,
+                "localisation_and_repair": None}
+    bug_position = np.bincount(train_arrays["bug_position"][train_has_bug]).argmax()
+    repair_position = train_arrays["repair_targets"].sum(0).argmax()
+    count = len(held_out_has_bug)
+    scores = accuracies(held_out_arrays, np.full(count, bug_position), np.full(count, repair_position))
+    scores["classification"] = classification
     return scores
+
+
+def rows_of(arrays, keep):
+    """The arrays of the rows where `keep` is True."""
+    return {name: values[keep] for name, values in arrays.items()}
 
 
 def _short(text, limit=18):
@@ -325,61 +400,100 @@ def write_attention_figure(args, run, encoder, programs, held_out, arrays):
 # ------------------------------------------------------------------- main
 
 
+def train(args, run, programs, data, callbacks):
+    """Builds and fits the model; returns `(model, History)`."""
+    num_relations = programs.num_relations(args.max_distance)
+    with run.strategy.scope():
+        model, _ = build_model(args, len(data.vocabulary), num_relations)
+        compile_model(model, args)
+    validation_rows = spread_rows(len(data.held_out), VALIDATION_EXAMPLES)
+    log_training_sizes(args, run, model, data, len(validation_rows))
+    history = run.fit(
+        model,
+        training_dataset(programs, data.arrays["train"], args),
+        validation_data=(
+            batch_inputs(programs, data.arrays["held_out"], validation_rows, args),
+            batch_targets(data.arrays["held_out"], validation_rows),
+        ),
+        callbacks=callbacks,
+    )
+    return model, history
+
+
+def log_training_sizes(args, run, model, data, validation_count):
+    """Says what training sees, however small the data."""
+    train_count = len(data.train)
+    repeats = f" (more than the {train_count} training functions: each batch repeats some)"
+    run.log(
+        f"{NAME} (edges {args.edges}): {model.count_params():,} parameters; training {args.epochs} epochs x "
+        f"{args.steps_per_epoch} steps of {args.batch_size} functions{repeats if args.batch_size > train_count else ''}"
+    )
+    run.log(
+        f"validation after each epoch: {validation_count} of the {len(data.held_out)} held-out functions "
+        "(a curve to watch: nothing is chosen on it; the last epoch's model is the one scored)"
+    )
+
+
+def encoder_of(model):
+    """The model's `GraphTransformer` (whose attention the figure shows)."""
+    return next(layer for layer in model.layers if isinstance(layer, GraphTransformer))
+
+
+def evaluate(args, run, programs, model, data):
+    """Scores `model` on the held-out functions, overall and without `self`
+    swaps, beside the majority baselines; writes the attention figure.
+    Returns the scores as the report's sections."""
+    held_out, train_arrays = data.arrays["held_out"], data.arrays["train"]
+    keep = ~self_swaps(data.held_out)
+    run.log(
+        f"evaluating on {len(keep)} held-out functions ({int(held_out['has_bug'].sum())} with a bug, "
+        f"{int((~keep).sum())} of them self swaps) ..."
+    )
+    bug_guess, repair_guess = predict_pointers(model, programs, held_out, args)
+    without = rows_of(held_out, keep)
+    sections = {
+        "held_out_accuracy": accuracies(held_out, bug_guess, repair_guess),
+        "majority_baseline": majority_baseline(train_arrays, held_out),
+        "held_out_accuracy_without_self_swaps": accuracies(without, bug_guess[keep], repair_guess[keep]),
+        "majority_baseline_without_self_swaps": majority_baseline(train_arrays, without),
+    }
+    for name, value in sections["held_out_accuracy"].items():
+        run.log(
+            f"held-out {name} accuracy: {harness.figure(value, '.4f')} (majority baseline "
+            f"{harness.figure(sections['majority_baseline'][name], '.4f')}); without self swaps "
+            f"{harness.figure(sections['held_out_accuracy_without_self_swaps'][name], '.4f')} (baseline "
+            f"{harness.figure(sections['majority_baseline_without_self_swaps'][name], '.4f')})"
+        )
+    figure = write_attention_figure(args, run, encoder_of(model), programs, data.held_out, held_out)
+    return {**sections, "attention_figure": str(figure) if figure else None}
+
+
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict.
 
     `callbacks` are extra Keras callbacks for `fit` (after the harness's own).
+    With `--evaluate_only` the model (and training history) an earlier run
+    saved in `--model_dir` is evaluated instead of trained.
     """
     args = parse_args(argv)
     run = harness.start(args, recipe=NAME)
     from keras_selfattn.data import programs
 
-    train, held_out, vocabulary, arrays, counts = load_data(args, run, programs)
-    num_relations = programs.num_relations(args.max_distance)
-    length = args.max_tokens + 1
-    with run.strategy.scope():
-        model, encoder = build_model(args, len(vocabulary), num_relations)
-        compile_model(model, args)
-    run.log(
-        f"{NAME} (edges {args.edges}, {num_relations} relation ids): {model.count_params():,} parameters; "
-        f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} functions"
-    )
-    validation_rows = np.arange(min(VALIDATION_EXAMPLES, len(held_out)))
-    history = run.fit(
-        model,
-        training_dataset(programs, arrays["train"], args),
-        validation_data=(
-            batch_inputs(programs, arrays["held_out"], validation_rows, args),
-            batch_targets(arrays["held_out"], validation_rows),
-        ),
-        callbacks=callbacks,
-    )
-    run.save_model(model, NAME)
-    run.export(model, NAME)
-    run.log(f"evaluating on {len(held_out)} held-out functions ...")
-    scores = accuracies(arrays["held_out"], *predict_pointers(model, programs, arrays["held_out"], args))
-    baseline = majority_baseline(arrays["train"], arrays["held_out"])
-    for name, value in scores.items():
-        run.log(f"held-out {name} accuracy: {value:.4f} (majority baseline {baseline[name]:.4f})")
-    figure = write_attention_figure(args, run, encoder, programs, held_out, arrays["held_out"])
-    report = {
-        "model": {
-            "name": NAME,
-            "edges": args.edges,
-            "max_distance": args.max_distance,
-            "num_relations": num_relations,
-            "num_layers": args.num_layers,
-            "hidden_dim": args.hidden_dim,
-            "num_heads": args.num_heads,
-            "parameters": model.count_params(),
-        },
-        "data": {**counts, "vocabulary_size": len(vocabulary), "length": length},
-        "training": {k: [float(x) for x in v] for k, v in history.history.items()},
-        "held_out_accuracy": scores,
-        "majority_baseline": baseline,
-        "attention_figure": str(figure) if figure else None,
-    }
-    report = run.write_report(report)
+    data = load_data(args, run, programs)
+    model, history = run.trained_or_saved(NAME, lambda: train(args, run, programs, data, callbacks))
+    with run.evaluation(NAME):
+        report = {
+            "relations": {
+                "edges": args.edges,
+                "max_distance": args.max_distance,
+                "num_relations": programs.num_relations(args.max_distance),
+            },
+            "data": {**data.counts, "vocabulary_size": len(data.vocabulary), "length": args.max_tokens + 1},
+            "training": history,
+            **evaluate(args, run, programs, model, data),
+        }
+        run.export(model, NAME)
+        report = run.write_report(report, model=model)
     run.finish()
     return report
 

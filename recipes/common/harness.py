@@ -13,16 +13,18 @@ and `add_sampling_flags` with its own defaults), then:
             model.compile(...)
         return model, run.fit(model, train_data, validation_data=...)
 
-    # Saved as music_transformer.keras; with --evaluate_only, loaded from there.
+    # Saved as music_transformer.keras with its training curves; with
+    # --evaluate_only, both loaded from there.
     model, history = run.trained_or_saved("music_transformer", train)
-    with run.evaluation("music_transformer"):  # a failure says how to rerun it alone
+    with run.evaluation("music_transformer"):  # a failure prints the command to rerun it alone
         ...
         run.export(model, "music_transformer")
         run.write_report(report, model=model)
     run.finish()  # prints "written:" and every output path
 
 `--model_dir` holds everything a run writes: `<name>.keras` (the trained
-model), `checkpoints/latest.keras` (a `ModelCheckpoint` each epoch),
+model), `<name>_history.json` (its training curves, which an `--evaluate_only`
+report carries again), `checkpoints/latest.keras` (a `ModelCheckpoint` each epoch),
 `backup/` (`keras.callbacks.BackupAndRestore`: a killed run started again
 with the same flags resumes from its last finished epoch; the backup is
 deleted when training completes), `logs/` (TensorBoard) and `report.json`.
@@ -33,6 +35,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -44,6 +47,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 
+RECIPES_DIR = Path(__file__).resolve().parents[1]
+COMMAND_LINE = "_command_line"  # where a recipe's parsed flags keep the arguments they came from
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 MIXED_PRECISION = ("off", "auto", "mixed_float16", "mixed_bfloat16")
 
@@ -58,14 +63,26 @@ class UsageError(ValueError):
 
 def recipe_parser(doc):
     """A recipe's parser: its module docstring's first paragraph as the
-    description, the rest as the epilog, and the shared flags."""
+    description, the rest as the epilog, and the shared flags. The flags it
+    parses remember their arguments (for `Run.rerun_command`)."""
     summary, details = doc.split("\n\n", 1)
-    return argparse.ArgumentParser(
+    return _RecipeParser(
         description=summary,
         epilog=details,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[parent_parser()],
     )
+
+
+class _RecipeParser(argparse.ArgumentParser):
+    """Keeps the arguments it parsed (the command line's, or those a caller
+    of the recipe's `main(argv)` gave) with the flags, as `COMMAND_LINE`."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        arguments = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(arguments, namespace)
+        setattr(namespace, COMMAND_LINE, arguments)
+        return namespace, extras
 
 
 def parent_parser():
@@ -440,33 +457,60 @@ class Run:
         return keras.saving.load_model(path)
 
     def trained_or_saved(self, name, train):
-        """`(model, history)`: with `--evaluate_only` the model an earlier run
-        saved as `name` and no history; else `train()`'s `(model, history)`,
-        the model saved as `name` before anything else happens."""
+        """`(model, history)`: `train()`'s model, saved as `name` before
+        anything else happens, and its history as JSON holds it
+        (`plain_history`), saved beside it; with `--evaluate_only` the model
+        and history an earlier run saved (`None` for a history it did not
+        save)."""
         if self.args.evaluate_only:
             with self.strategy.scope():
-                return self.load_saved_model(name), None
+                return self.load_saved_model(name), self.saved_history(name)
         model, history = train()
         self.save_model(model, name)
-        return model, history
+        return model, self.save_history(plain_history(history), name)
+
+    def history_path(self, name):
+        """Where `trained_or_saved` keeps the training history of the model `name`."""
+        return self.model_dir / f"{name}_history.json"
+
+    def save_history(self, history, name):
+        """Writes `history` where `--evaluate_only` reads it; returns it."""
+        path = self.history_path(name)
+        path.write_text(json.dumps(history, indent=2, default=_json_default) + "\n")
+        self.wrote("training history (an --evaluate_only report carries it)", path)
+        return history
+
+    def saved_history(self, name):
+        """The training history an earlier run saved for `name`, `None` if none."""
+        path = self.history_path(name)
+        return json.loads(path.read_text()) if path.is_file() else None
 
     @contextlib.contextmanager
     def evaluation(self, name):
         """Wraps everything a recipe does after training: when it fails and
-        the model is saved as `name`, says how to evaluate it again without
-        training."""
+        the model is saved as `name`, prints the command that evaluates it
+        again without training."""
         try:
             yield
         except Exception:
             path = self.saved_model_path(name)
-            if self.chief and path.is_file():
+            if self.chief and not self.args.evaluate_only and path.is_file():
                 print(
                     f"the run failed after training; the trained model is saved as {path}. Evaluate it "
-                    "again without training: the same command with --evaluate_only",
+                    f"again without training with:\n  {self.rerun_command()}",
                     file=sys.stderr,
                     flush=True,
                 )
             raise
+
+    def rerun_command(self):
+        """This run's command with `--evaluate_only`: the recipe's script (the
+        one that started it when `recipes/<recipe>.py` is not one) and the
+        arguments its flags were parsed from."""
+        arguments = list(getattr(self.args, COMMAND_LINE, sys.argv[1:]))
+        if "--evaluate_only" not in arguments:
+            arguments.append("--evaluate_only")
+        return shlex.join(["python", recipe_script(self.recipe), *arguments])
 
     def save_model(self, model, name):
         """Saves the trained model as `<model_dir>/<name>.keras`."""
@@ -507,7 +551,7 @@ class Run:
                 "dtype_policy": self.dtype_policy,
                 "resumed_from_epoch": self.resumed_from_epoch,
                 "seconds": round(time.time() - self.started, 1),
-                "flags": vars(self.args),
+                "flags": flags(self.args),
             },
         }
         path = self.path(name)
@@ -539,11 +583,37 @@ def describe_model(model):
     }
 
 
+def flags(args):
+    """The parsed flags by name (without the arguments they came from)."""
+    return {name: value for name, value in vars(args).items() if name != COMMAND_LINE}
+
+
+def recipe_script(recipe):
+    """The script of the recipe `recipe`, relative to the working folder
+    when it lies under it; `sys.argv[0]` for a name with no script."""
+    path = RECIPES_DIR / f"{recipe}.py"
+    if not path.is_file():
+        return sys.argv[0]
+    here = Path.cwd().resolve()
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
+def plain_history(history):
+    """What a recipe's `train()` returned as its history, as JSON holds it:
+    each `History` as its figures (`training_history`), tuples as lists."""
+    if isinstance(history, keras.callbacks.History):
+        return training_history(history)
+    if isinstance(history, (tuple, list)):
+        return [plain_history(item) for item in history]
+    return history
+
+
 def training_history(history):
-    """A `History`'s figures as lists of floats; `None` without training
-    (`--evaluate_only`)."""
-    if history is None:
-        return None
+    """A `History`'s figures, `{metric: [float per epoch]}`; a history
+    already in that form (`trained_or_saved`'s), or `None` (an
+    `--evaluate_only` run with none saved), as it is."""
+    if not isinstance(history, keras.callbacks.History):
+        return history
     return {key: [float(x) for x in values] for key, values in history.history.items()}
 
 

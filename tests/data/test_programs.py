@@ -207,9 +207,49 @@ def test_broken_files_are_skipped_and_named_and_duplicates_kept_once(source_fold
     logged = []
     train, held_out, report = programs.collect_functions(files[2:], files[:2], log=logged.append)
     assert len(train) == 2 and held_out == []  # copy.py's function is shapes.py's `double`
-    assert report["held_out"] == {"files": 2, "functions": 0, "duplicates": 1}
+    assert report["held_out"] == {"files": 2, "functions": 0, "duplicates": 1, "near_duplicates": 0}
     assert [path for path, _ in report["skipped_files"]] == [str(source_folder / "broken.py")]
     assert any("broken.py" in line for line in logged)
+
+
+def test_normalised_form_renames_identifiers_in_order_and_replaces_literals():
+    source = (
+        "def area(self, side):\n"
+        "    label = f'{side} cm'  # a comment\n"
+        "\n"
+        "    return self.scale * side ** 2, label, 'cm', None\n"
+    )
+    assert programs.normalised_form(source) == (
+        "def", "v0", "(", "v1", ",", "v2", ")", ":", "NEWLINE", "INDENT",
+        "v3", "=", "<str>", "NEWLINE",
+        "return", "v1", ".", "v4", "*", "v2", "**", "<num>", ",", "v3", ",", "<str>", ",", "None", "NEWLINE",
+        "DEDENT",
+    )
+
+
+TRAINING_FUNCTION = "def area(self, side):\n    result = self.scale * side\n    return result + 1\n"
+HELD_OUT_FUNCTIONS = {
+    "identical": TRAINING_FUNCTION,
+    "renamed": "def size(this, length):\n    out = this.factor * length\n    return out + 1\n",
+    "other constants": "def area(self, side):\n    result = self.scale * side  # cm\n    return result + 2.5\n",
+    "two names made one": "def area(self, side):\n    result = self.scale * self\n    return result + 1\n",
+    "parameters swapped": "def area(side, self):\n    result = self.scale * side\n    return result + 1\n",
+    "another operator": "def area(self, side):\n    result = self.scale - side\n    return result + 1\n",
+}
+
+
+def test_held_out_near_duplicates_of_training_functions_are_removed(tmp_path):
+    (tmp_path / "train.py").write_text(TRAINING_FUNCTION)
+    (tmp_path / "held_out.py").write_text("\n\n".join(HELD_OUT_FUNCTIONS.values()))
+    logged = []
+    train, held_out, report = programs.collect_functions(
+        [tmp_path / "train.py"], [tmp_path / "held_out.py"], log=logged.append
+    )
+    assert train == [TRAINING_FUNCTION]
+    kept = ("two names made one", "parameters swapped", "another operator")
+    assert held_out == [HELD_OUT_FUNCTIONS[name] for name in kept]
+    assert report["held_out"] == {"files": 1, "functions": 3, "duplicates": 1, "near_duplicates": 2}
+    assert any(line.startswith("removed 2 of 5 held-out functions") for line in logged)
 
 
 def test_split_by_whole_file_is_disjoint_deterministic_and_near_the_fraction():
@@ -235,9 +275,9 @@ def test_find_python_files_refuses_a_folder_without_python(tmp_path):
 
 
 def test_varmisuse_splits_on_a_folder_with_a_broken_file(source_folder):
-    for index in range(6):
+    for index, operator in enumerate("+-*/%&"):  # six functions, none another renamed
         (source_folder / f"extra_{index}.py").write_text(
-            f"def extra_{index}(first, second):\n    total = first + second + {index}\n    return total * first\n"
+            f"def extra_{index}(first, second):\n    total = first {operator} second\n    return total * first\n"
         )
     logged = []
     train, held_out, report = programs.varmisuse_splits(

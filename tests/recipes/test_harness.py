@@ -1,8 +1,9 @@
 """The recipe harness: flags, strategy and dtype choices, a run's outputs,
 and resumption from `BackupAndRestore` after an interrupted `fit`."""
 
-import argparse
 import json
+import shlex
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -17,7 +18,7 @@ pytestmark = [
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog="recipe", parents=[harness.parent_parser()])
+    parser = harness.recipe_parser("A recipe.\n\nWhat it does.")
     harness.add_training_flags(parser, epochs=3, steps_per_epoch=4, batch_size=8, learning_rate=1e-2)
     harness.add_sampling_flags(parser)
     return parser
@@ -141,9 +142,9 @@ def _dataset():
     return tf.data.Dataset.from_tensor_slices((X, Y)).repeat().batch(8)
 
 
-def _start(tmp_path, *flags):
+def _start(tmp_path, *flags, recipe="test"):
     args = _parser().parse_args(["--model_dir", str(tmp_path / "run"), "--verbose", "0", *flags])
-    return harness.start(args, recipe="test")
+    return harness.start(args, recipe=recipe)
 
 
 def _compiled(run):
@@ -193,6 +194,7 @@ def test_a_run_writes_checkpoint_logs_model_and_report_and_lists_them(tmp_path, 
     assert report["recipe"] == "test" and report["metric"] == 0.5
     assert report["run"]["dtype_policy"] == "mixed_bfloat16"
     assert report["run"]["flags"]["epochs"] == 3
+    assert harness.COMMAND_LINE not in report["run"]["flags"]
 
     printed = capsys.readouterr().out
     listing = printed[printed.index("written:"):].splitlines()[1:]
@@ -224,17 +226,43 @@ def test_export_without_export_dir_writes_nothing(tmp_path):
     assert run.outputs == []
 
 
-def test_evaluate_only_loads_the_saved_model_and_a_failed_evaluation_says_how_to_rerun_it(tmp_path, capsys):
-    run = _start(tmp_path)
-    trained, history = run.trained_or_saved("linear", lambda: (model := _compiled(run), run.fit(model, _dataset())))
-    assert (tmp_path / "run" / "linear.keras").is_file() and len(harness.training_history(history)["loss"]) == 3
+def _failed_evaluation(run, capsys):
+    """What `run.evaluation` printed when the evaluation inside it failed."""
+    capsys.readouterr()
     with pytest.raises(ValueError, match="broken evaluation"), run.evaluation("linear"):
         raise ValueError("broken evaluation")
-    assert "the trained model is saved as " + str(tmp_path / "run" / "linear.keras") in capsys.readouterr().err
+    return capsys.readouterr().err
 
-    rerun = _start(tmp_path, "--evaluate_only")
-    loaded, history = rerun.trained_or_saved("linear", lambda: pytest.fail("--evaluate_only trained"))
-    assert history is None and harness.training_history(history) is None
+
+def test_a_failed_evaluation_prints_the_command_that_evaluates_the_saved_model_again(tmp_path, capsys):
+    run = _start(tmp_path, "--epochs", "2", recipe="music")
+    trained, history = run.trained_or_saved("linear", lambda: (model := _compiled(run), run.fit(model, _dataset())))
+    assert (tmp_path / "run" / "linear.keras").is_file() and len(history["loss"]) == 2
+    assert json.loads((tmp_path / "run" / "linear_history.json").read_text()) == history
+    printed = _failed_evaluation(run, capsys)
+    assert "the trained model is saved as " + str(tmp_path / "run" / "linear.keras") in printed
+    python, script, *arguments = shlex.split(printed.split("without training with:\n")[1].splitlines()[0])
+    assert (python, Path(script).resolve()) == ("python", Path(harness.__file__).parents[1] / "music.py")
+    assert arguments == ["--model_dir", str(tmp_path / "run"), "--verbose", "0", "--epochs", "2", "--evaluate_only"]
+
+    rerun = harness.start(_parser().parse_args(arguments), recipe="music")
+    loaded, saved = rerun.trained_or_saved("linear", lambda: pytest.fail("--evaluate_only trained"))
+    assert saved == history  # the report of an --evaluate_only run still has the training curves
     np.testing.assert_array_equal(loaded.predict(X, verbose=0), trained.predict(X, verbose=0))
+    assert _failed_evaluation(rerun, capsys) == ""  # the command was already the one to run
     with pytest.raises(harness.UsageError, match="--evaluate_only needs the trained model"):
         rerun.trained_or_saved("never_saved", lambda: pytest.fail("--evaluate_only trained"))
+
+
+def test_every_recipe_names_its_own_script_and_a_history_of_parts_is_kept_whole(tmp_path):
+    recipes = Path(harness.__file__).parents[1]
+    for script in recipes.glob("*.py"):
+        assert Path(harness.recipe_script(script.stem)).resolve() == script
+    run = _start(tmp_path)
+    upsampler = {"loss": [np.float32(1.5)]}  # super_resolution's history: (its upsampler's, a History)
+    _, history = run.trained_or_saved(
+        "linear", lambda: (model := _compiled(run), (upsampler, run.fit(model, _dataset())))
+    )
+    assert history[0] == {"loss": [1.5]} and len(history[1]["loss"]) == 3
+    _, saved = _start(tmp_path, "--evaluate_only").trained_or_saved("linear", lambda: pytest.fail("trained"))
+    assert saved == history and harness.training_history(saved[1]) == history[1]

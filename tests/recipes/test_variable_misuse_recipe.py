@@ -1,12 +1,17 @@
-"""recipes/variable_misuse.py end to end on a folder of Python files made
-here, one of them broken: every output, the held-out accuracies against the
-saved model's own pointers scored in numpy, the baseline against counts of
-the examples, the serving export against the saved model, the model against
-the recipe's earlier inline encoder, and the flags' checks."""
+"""recipes/variable_misuse.py end to end on folders of Python files made
+here: every output, the held-out accuracies (overall and without `self`
+swaps) against the saved model's own pointers scored in numpy, the majority
+baselines against counts of the examples, a three-file folder on the
+default data and batch flags (a held-out part without a bug: null
+figures), `--evaluate_only` and the rerun command a failed evaluation
+prints, the serving export against the saved model, the model against the
+recipe's earlier inline encoder, and the flags' checks."""
 
 import contextlib
 import io
 import json
+import shlex
+import shutil
 from pathlib import Path
 
 import keras
@@ -22,29 +27,39 @@ pytestmark = [
     pytest.mark.backends("tensorflow", reason="tf.data pipeline and tf.distribute"),
 ]
 
-MAX_TOKENS = 47
+MAX_TOKENS = 55
+TINY_MODEL = ["--num_layers", "1", "--hidden_dim", "16", "--num_heads", "2", "--feedforward_dim", "16"]
 TINY = [
     "--max_tokens", str(MAX_TOKENS), "--held_out_fraction", "0.3", "--epochs", "2",
-    "--steps_per_epoch", "3", "--batch_size", "8", "--num_layers", "1", "--hidden_dim", "16",
-    "--num_heads", "2", "--feedforward_dim", "16", "--max_distance", "4", "--verbose", "0", "--seed", "1",
+    "--steps_per_epoch", "3", "--batch_size", "8", *TINY_MODEL, "--max_distance", "4", "--verbose", "0",
+    "--seed", "1",
 ]
-TEMPLATES = [
-    "def scale_{i}(values, factor):\n    result = []\n    for value in values:\n"
-    "        result.append(value * factor + {i})\n    return result\n",
-    "def clamp_{i}(low, high, x):\n    if x < low:\n        x = low\n    elif x > high:\n"
-    "        x = high\n    return x - {i}\n",
-    "def total_{i}(items, start):\n    count = start\n    for item in items:\n"
-    "        count = count + item * {i}\n    return count\n",
-    "def pair_{i}(left, right):\n    first = left + {i}\n    second = right - first\n"
-    "    return first, second\n",
-]
+# Every function a different statement pair and roles of its variables, so
+# no held-out function is a training one renamed; odd ones are methods.
+STATEMENTS = (
+    "{x} = {y} + {z}",
+    "{x} = max({y}, {z}) - 1",
+    "{x} = [{y}, {z}, {x}]",
+    "if {y} > {z}: {x} = {y}",
+    "for {x} in range({y}): {z} = {z} * 2",
+    "{x} = {y} if {z} else {x}",
+)
+ROLES = (("total", "first", "second"), ("first", "second", "total"), ("second", "total", "first"))
+
+
+def distinct_function(index):
+    x, y, z = ROLES[index // 36 % 3]
+    body = "".join(f"    {STATEMENTS[k].format(x=x, y=y, z=z)}\n" for k in (index % 6, index // 6 % 6))
+    if index % 2:
+        return f"def method_{index}(self, first, second):\n    total = self.start + first\n{body}    return total\n"
+    return f"def function_{index}(first, second):\n    total = first\n{body}    return total\n"
 
 
 @pytest.fixture(scope="module")
 def source_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sources")
-    for index in range(12):
-        functions = [template.format(i=index * 10 + k) for k, template in enumerate(TEMPLATES)]
+    for index in range(16):
+        functions = [distinct_function(3 * index + k) for k in range(3)]
         (folder / f"module_{index:02d}.py").write_text("\n\n".join(functions))
     (folder / "broken.py").write_text("def broken(:\n    return 1\n")
     return folder
@@ -67,53 +82,250 @@ def short_run(source_dir, tmp_path_factory):
     return model_dir, report, printed
 
 
+def _splits(source_dir):
+    return programs.varmisuse_splits(
+        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
+    )
+
+
 def test_the_run_names_the_broken_file_and_writes_every_output(short_run, source_dir):
     model_dir, report, printed = short_run
     assert f"skipped {source_dir / 'broken.py'}: it does not parse" in printed
     assert report["data"]["skipped_files"][0][0] == str(source_dir / "broken.py")
     assert report["data"]["skipped_file_count"] == 1
     written = printed.split("written:")[1]
-    for name in ("variable_misuse.keras", "attention.png", "report.json", "latest.keras", "exports/variable_misuse/1"):
+    for name in (
+        "variable_misuse.keras", "variable_misuse_history.json", "attention.png", "report.json", "latest.keras",
+        "exports/variable_misuse/1",
+    ):
         assert name in written
-    assert json.loads((model_dir / "report.json").read_text())["held_out_accuracy"] == report["held_out_accuracy"]
+    saved = json.loads((model_dir / "report.json").read_text())
+    assert saved["held_out_accuracy"] == report["held_out_accuracy"]
+    assert saved["model"]["class"] == "Functional"
+    assert saved["model"]["parameters"] == keras.models.load_model(model_dir / "variable_misuse.keras").count_params()
+    assert saved["training"] == json.loads((model_dir / "variable_misuse_history.json").read_text())
+    assert len(saved["training"]["loss"]) == 2
     assert (model_dir / "attention.png").stat().st_size > 10_000
     assert report["data"]["edge_types_train"]["computed_from"] > 0
+    assert printed.index("saved ") < printed.index("evaluating on")  # the model is safe before evaluation
+
+
+def test_held_out_functions_are_not_training_functions_renamed(short_run):
+    _, report, printed = short_run
+    held_out = report["data"]["held_out"]
+    assert held_out["near_duplicates"] == 0 and held_out["examples"]["kept"] >= 10
+    assert f"removed 0 of {held_out['functions']} held-out functions" in printed
+
+
+def _scores(examples, bug_guess, repair_guess):
+    """Accuracies of the guesses (positions with the no-bug slot at 0),
+    counted example by example."""
+    buggy = [i for i, example in enumerate(examples) if example.has_bug]
+    located = np.array([bug_guess[i] == examples[i].bug_position + 1 for i in buggy])
+    repaired = np.array([repair_guess[i] - 1 in examples[i].repair_positions for i in buggy])
+    return {
+        "classification": np.mean([(bug_guess[i] != 0) == e.has_bug for i, e in enumerate(examples)]),
+        "localisation": located.mean(),
+        "repair": repaired.mean(),
+        "localisation_and_repair": (located & repaired).mean(),
+    }
+
+
+def _majority_baseline(train, held_out):
+    """The baselines from the examples: the more frequent training class, and
+    the most frequent training bug and repair positions (np.unique sorts:
+    argmax takes the first of the most frequent)."""
+    buggy = [example for example in train if example.has_bug]
+    positions, counts = np.unique([e.bug_position + 1 for e in buggy], return_counts=True)
+    repairs, repair_counts = np.unique([p + 1 for e in buggy for p in e.repair_positions], return_counts=True)
+    majority_is_bug = np.mean([example.has_bug for example in train]) > 0.5
+    count = len(held_out)
+    scores = _scores(
+        held_out, np.full(count, positions[counts.argmax()]), np.full(count, repairs[repair_counts.argmax()])
+    )
+    scores["classification"] = np.mean([example.has_bug == majority_is_bug for example in held_out])
+    return scores
+
+
+def _is_self_swap(example):
+    return example.has_bug and "self" in (example.original_name, example.replacement_name)
 
 
 def test_held_out_accuracies_are_the_saved_models_pointers_scored_here(short_run, source_dir):
     model_dir, report, _ = short_run
-    _, held_out, _ = programs.varmisuse_splits(
-        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
-    )
-    train, _, _ = programs.varmisuse_splits(
-        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
-    )
+    train, held_out, _ = _splits(source_dir)
+    swaps = [_is_self_swap(example) for example in held_out]
+    assert 0 < sum(swaps) < sum(example.has_bug for example in held_out)  # both kinds of bug held out
+    assert report["data"]["held_out_self_swaps"] == sum(swaps)
     vocabulary = programs.build_vocabulary(train, 8000)
     arrays = programs.encode_examples(held_out, vocabulary, MAX_TOKENS + 1)
     model = keras.models.load_model(model_dir / "variable_misuse.keras")
     outputs = model.predict(
         {"token_ids": arrays["token_ids"], "relations": programs.relation_ids(arrays["edges"], 4)}, verbose=0
     )
-    bug_guess = outputs["bug"].argmax(-1)
-    repair_guess = outputs["repair"].argmax(-1)
-    buggy = [i for i, example in enumerate(held_out) if example.has_bug]
-    classified = [(bug_guess[i] != 0) == example.has_bug for i, example in enumerate(held_out)]
-    located = [bug_guess[i] == held_out[i].bug_position + 1 for i in buggy]
-    repaired = [repair_guess[i] - 1 in held_out[i].repair_positions for i in buggy]
-    scores = report["held_out_accuracy"]
-    assert scores["classification"] == pytest.approx(np.mean(classified))
-    assert scores["localisation"] == pytest.approx(np.mean(located))
-    assert scores["repair"] == pytest.approx(np.mean(repaired))
-    train_has_bug = np.mean([example.has_bug for example in train])
-    majority_is_bug = train_has_bug > 0.5
-    expected = np.mean([example.has_bug == majority_is_bug for example in held_out])
-    assert report["majority_baseline"]["classification"] == pytest.approx(expected)
+    bug_guess, repair_guess = outputs["bug"].argmax(-1), outputs["repair"].argmax(-1)
+    keep = ~np.array(swaps)
+    without = [example for example, swap in zip(held_out, swaps) if not swap]
+    expected = {
+        "held_out_accuracy": _scores(held_out, bug_guess, repair_guess),
+        "held_out_accuracy_without_self_swaps": _scores(without, bug_guess[keep], repair_guess[keep]),
+        "majority_baseline": _majority_baseline(train, held_out),
+        "majority_baseline_without_self_swaps": _majority_baseline(train, without),
+    }
+    for section, scores in expected.items():
+        assert report[section] == pytest.approx(scores), section
+    assert 0 < report["majority_baseline"]["repair"] < 1
+
+
+def test_majority_baselines_are_the_training_sets_most_frequent_answers():
+    """Hand-made arrays with a tie in the repair position and a majority of
+    functions without a bug: the positions still score the buggy ones."""
+    train = {
+        "has_bug": np.array([1, 1, 1, 0, 0, 0, 0]),
+        "bug_position": np.array([3, 5, 3, 0, 0, 0, 0]),
+        "repair_targets": np.array([[0, 1, 0, 0, 0, 0]] * 2 + [[0, 0, 1, 0, 0, 0]] * 2 + [[0] * 6] * 3),
+    }
+    held_out = {
+        "has_bug": np.array([1, 1, 0]),
+        "bug_position": np.array([3, 4, 0]),
+        "repair_targets": np.array([[0, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0] * 6]),
+    }
+    # No bug for all: 1 of 3 right; position 3 locates 1 of 2 bugs; repair
+    # position 1 (the first of the tie with 2) repairs 1 of 2, the same one.
+    assert variable_misuse.majority_baseline(train, held_out) == pytest.approx(
+        {"classification": 1 / 3, "localisation": 0.5, "repair": 0.5, "localisation_and_repair": 0.5}
+    )
+
+
+def test_figures_without_anything_to_count_are_none():
+    no_bug = {
+        "has_bug": np.array([0, 0]), "bug_position": np.array([0, 0]), "repair_targets": np.zeros((2, 4)),
+    }
+    # Training without a bug: no position to learn, where it used to raise IndexError.
+    assert variable_misuse.majority_baseline(no_bug, no_bug) == {
+        "classification": 1.0, "localisation": None, "repair": None, "localisation_and_repair": None
+    }
+    empty = variable_misuse.rows_of(no_bug, np.zeros(2, dtype=bool))
+    assert variable_misuse.accuracies(empty, np.zeros(0, int), np.zeros(0, int)) == dict.fromkeys(
+        ("classification", "localisation", "repair", "localisation_and_repair")
+    )
+
+
+def test_batches_larger_than_the_data_repeat_each_function_as_often():
+    batches = variable_misuse.training_rows(count=3, batch_size=8, seed=0)
+    drawn = np.concatenate([next(batches) for _ in range(3)])  # 24 rows: 8 whole passes over 3
+    assert np.bincount(drawn).tolist() == [8, 8, 8]
+    first = next(variable_misuse.training_rows(count=10, batch_size=4, seed=0))
+    assert len(set(first)) == 4  # a batch within one pass holds each row once
+    with pytest.raises(ValueError, match="`count` must be at least 1"):
+        variable_misuse.training_rows(0, 8, 0)
+
+
+# A folder as small as a user's first try: six functions in three files, one
+# held out (text.py) whose only example has no bug.
+SMALL_FOLDER = {
+    "geometry.py": "def area(width, height):\n    result = width * height\n    return result\n\n\n"
+    "def perimeter(width, height):\n    total = width + height\n    return total * 2\n",
+    "text.py": "def shout(message):\n    return message.upper() + '!'\n\n\n"
+    "def join_all(parts, separator):\n    text = separator.join(parts)\n    return text.strip() + '.'\n",
+    "numbers.py": "def clamp(value, low, high):\n    if value < low:\n        value = low\n"
+    "    return min(value, high)\n\n\ndef mean(values, start):\n    total = start\n"
+    "    for value in values:\n        total = total + value\n    return total / len(values)\n",
+}
+
+
+@pytest.fixture(scope="module")
+def small_folder_run(tmp_path_factory):
+    """The recipe's default data, batch and evaluation flags (a batch of 32,
+    512 validation functions, 127 tokens) on six functions; a tiny model and
+    two steps keep it fast."""
+    folder = tmp_path_factory.mktemp("small")
+    for name, text in SMALL_FOLDER.items():
+        (folder / name).write_text(text)
+    model_dir = tmp_path_factory.mktemp("small_run")
+    report, printed = _main(
+        ["--model_dir", str(model_dir), "--source_dir", str(folder), "--epochs", "1", "--steps_per_epoch", "2",
+         "--verbose", "0", *TINY_MODEL]
+    )
+    return model_dir, report, printed
+
+
+def test_a_three_file_folder_trains_on_the_default_flags_and_says_what_it_chose(small_folder_run):
+    model_dir, report, printed = small_folder_run
+    assert report["data"]["train"]["files"] == 2 and report["data"]["held_out"]["files"] == 1
+    assert "training 1 epochs x 2 steps of 32 functions (more than the 4 training functions" in printed
+    assert "validation after each epoch: 1 of the 1 held-out functions" in printed
+    assert len(report["training"]["val_loss"]) == 1
+    assert json.loads((model_dir / "report.json").read_text())["data"] == report["data"]
+
+
+def test_a_held_out_part_without_a_bug_writes_null_figures(small_folder_run):
+    model_dir, report, printed = small_folder_run
+    saved = json.loads((model_dir / "report.json").read_text())
+    assert report["data"]["held_out"]["examples"] == {"kept": 1, "with_bug": 0, "no_possible_bug": 1}
+    for section in ("held_out_accuracy", "majority_baseline", "held_out_accuracy_without_self_swaps"):
+        assert saved[section]["classification"] in (0.0, 1.0)
+        assert saved[section]["localisation"] is None
+        assert saved[section]["repair"] is None and saved[section]["localisation_and_repair"] is None
+    assert "held-out localisation accuracy: n/a (majority baseline n/a)" in printed
+    assert saved["attention_figure"] is None
+
+
+@pytest.fixture(scope="module")
+def failed_evaluation(short_run, source_dir, tmp_path_factory):
+    """`(argv, command)`: a copy of the short run whose evaluation fails
+    after "training" (the saved model and history stand in for it), and the
+    command that failure printed."""
+    model_dir = tmp_path_factory.mktemp("rerun") / "run"
+    shutil.copytree(short_run[0], model_dir)
+    argv = ["--model_dir", str(model_dir), "--source_dir", str(source_dir), *TINY]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(variable_misuse, "train", _saved)
+        patch.setattr(variable_misuse, "predict_pointers", _fail)
+        printed = io.StringIO()
+        with pytest.raises(RuntimeError, match="no memory left"), contextlib.redirect_stderr(printed):
+            _main(argv)
+    command = printed.getvalue().split("Evaluate it again without training with:\n")[1].splitlines()[0].strip()
+    return argv, command
+
+
+@pytest.fixture(scope="module")
+def rerun(failed_evaluation):
+    """`(argv, report, printed)` of the printed command, run."""
+    argv, command = failed_evaluation
+    return argv, *_main(shlex.split(command)[2:])
+
+
+def _saved(args, run, *rest):
+    return run.load_saved_model("variable_misuse"), run.saved_history("variable_misuse")
+
+
+def _fail(*args):
+    raise RuntimeError("no memory left")
+
+
+def test_a_failed_evaluation_prints_the_command_that_reruns_it(failed_evaluation):
+    argv, command = failed_evaluation
+    python, script, *arguments = shlex.split(command)
+    assert (python, Path(script).resolve()) == ("python", Path(variable_misuse.__file__).resolve())
+    assert arguments == [*argv, "--evaluate_only"]
+
+
+def test_evaluate_only_reproduces_the_figures_from_the_saved_model(rerun, short_run):
+    argv, report, printed = rerun
+    _, trained, _ = short_run
+    assert f"--evaluate_only: loading {Path(argv[1]) / 'variable_misuse.keras'}" in printed
+    assert "training done" not in printed
+    for section in (
+        "held_out_accuracy", "majority_baseline", "held_out_accuracy_without_self_swaps",
+        "majority_baseline_without_self_swaps", "training",
+    ):
+        assert report[section] == trained[section], section
+    assert report["model"]["parameters"] == trained["model"]["parameters"]
 
 
 def test_edges_none_gives_the_model_distances_only(source_dir):
-    train, _, _ = programs.varmisuse_splits(
-        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
-    )
+    train, _, _ = _splits(source_dir)
     arrays = programs.encode_examples(train[:3], programs.build_vocabulary(train, 100), MAX_TOKENS + 1)
     rows = np.arange(3)
     args = variable_misuse.parse_args(["--model_dir", "unused", "--max_distance", "4", "--edges", "none"])
@@ -130,6 +342,10 @@ def test_bad_flags_are_usage_errors(tmp_path):
         variable_misuse.parse_args(["--model_dir", str(tmp_path), "--hidden_dim", "10", "--num_heads", "4"])
     with pytest.raises(harness.UsageError, match="--source_dir: .*holds no .py file"):
         _main(["--model_dir", str(tmp_path / "run"), "--source_dir", str(tmp_path), *TINY])
+    (tmp_path / "one.py").write_text(SMALL_FOLDER["numbers.py"])
+    (tmp_path / "two.py").write_text(SMALL_FOLDER["geometry.py"])
+    with pytest.raises(harness.UsageError, match="--evaluate_only needs the trained model .*variable_misuse.keras"):
+        _main(["--model_dir", str(tmp_path / "run"), "--source_dir", str(tmp_path), *TINY, "--evaluate_only"])
     with pytest.raises(SystemExit):
         with contextlib.redirect_stderr(io.StringIO()):
             variable_misuse.parse_args(["--model_dir", str(tmp_path), "--edges", "some"])
@@ -141,16 +357,15 @@ def test_serving_export_gives_the_saved_models_logits(short_run, source_dir):
     model_dir, report, _ = short_run
     path = model_dir / "exports" / "variable_misuse" / "1"
     assert report["outputs"]["SavedModel for TensorFlow Serving"] == str(path)
-    train, held_out, _ = programs.varmisuse_splits(
-        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
-    )
+    train, held_out, _ = _splits(source_dir)
     arrays = programs.encode_examples(held_out[:3], programs.build_vocabulary(train, 8000), MAX_TOKENS + 1)
     inputs = {"token_ids": arrays["token_ids"], "relations": programs.relation_ids(arrays["edges"], 4)}
     model = keras.models.load_model(model_dir / "variable_misuse.keras")
     expected = model(inputs, training=False)
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]
     outputs = serve(**{name: tf.constant(value) for name, value in inputs.items()})
-    assert set(outputs) == {"bug", "repair"}
+    assert set(outputs) == {"bug", "repair", "status"}
+    assert outputs["status"].numpy().tolist() == [b""] * 3  # every row answered
     for name in ("bug", "repair"):
         assert outputs[name].shape == (3, MAX_TOKENS + 1)
         np.testing.assert_allclose(outputs[name].numpy(), keras.ops.convert_to_numpy(expected[name]), atol=1e-4)
@@ -209,9 +424,7 @@ def test_the_model_is_the_inline_encoder_it_replaced(source_dir):
         assert [w.shape for w in ours.weights] == [w.shape for w in layer.weights], name
         layer.set_weights(ours.get_weights())
     assert model.count_params() == reference.count_params()
-    train, _, _ = programs.varmisuse_splits(
-        source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
-    )
+    train, _, _ = _splits(source_dir)
     arrays = programs.encode_examples(train[:4], programs.build_vocabulary(train, vocabulary_size - 2), length)
     inputs = {"token_ids": arrays["token_ids"], "relations": programs.relation_ids(arrays["edges"], 4)}
     padding = int((inputs["token_ids"][1] == 0).sum())
@@ -239,6 +452,6 @@ def test_help_explains_every_flag():
         "--source_dir", "--held_out_fraction", "--max_tokens", "--max_files", "--vocabulary_size",
         "--eval_examples", "--edges", "--max_distance", "--num_layers", "--hidden_dim", "--num_heads",
         "--feedforward_dim", "--dropout", "--epochs", "--steps_per_epoch", "--batch_size", "--learning_rate",
-        "--seed", "--strategy", "--mixed_precision", "--model_dir", "--export_dir",
+        "--seed", "--strategy", "--mixed_precision", "--model_dir", "--export_dir", "--evaluate_only",
     ):
         assert flag in text

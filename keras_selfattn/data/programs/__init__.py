@@ -10,7 +10,8 @@
 - `corpus`: the default data, offline: the running interpreter's own
   standard library; any folder of `.py` files; files that do not parse
   are skipped and named; a split by whole file; identical functions kept
-  once (never in both parts).
+  once (never in both parts), and held-out functions that are a training
+  function up to names and constants (`normalised_form`) removed.
 - `examples`: bug injection (in half the functions one read of a variable
   is replaced by another variable of the same function), a vocabulary, and
   dense arrays: token ids with the no-bug slot at position 0, `[nodes,
@@ -43,6 +44,7 @@ from keras_selfattn.data.programs.corpus import (
     collect_functions,
     default_source_dir,
     find_python_files,
+    normalised_form,
     read_functions,
     split_files,
 )
@@ -102,6 +104,7 @@ __all__ = [
     "function_variables",
     "make_example",
     "make_examples",
+    "normalised_form",
     "num_relations",
     "read_functions",
     "relation_ids",

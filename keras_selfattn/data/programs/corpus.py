@@ -1,12 +1,21 @@
 """Python source files to functions: the default corpus (the running
 interpreter's standard library), a user's folder, a split by whole file and
-the removal of duplicate functions."""
+the removal of duplicate functions (identical text within the data,
+near-duplicates across the split)."""
 
 import ast
 import hashlib
+import io
+import keyword
 import sysconfig
 import tokenize
 from pathlib import Path
+
+_SKIPPED_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+_LITERALS = {tokenize.STRING: "<str>", tokenize.NUMBER: "<num>"}
+# Python 3.12+ splits an f-string into several tokens; before, it is one STRING.
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 
 
 def default_source_dir():
@@ -110,44 +119,99 @@ def _unit_hash(text):
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16) / 16**12
 
 
+def normalised_form(source):
+    """The tokens of `source` with every identifier renamed in order of first
+    appearance (`v0`, `v1`, ...) and every literal replaced (`<str>`,
+    `<num>`; an f-string is one `<str>`); comments and blank lines dropped.
+
+    Two functions with the same form are near-duplicates: one is the other
+    with names (its own, its variables', attributes', builtins') renamed
+    consistently and constants changed.
+
+    >>> normalised_form("def f(a):\\n    return a + 1  # one\\n")[3:]
+    ('v1', ')', ':', 'NEWLINE', 'INDENT', 'return', 'v1', '+', '<num>', 'NEWLINE', 'DEDENT')
+    >>> normalised_form("def g(b):\\n    return b + 2\\n") == normalised_form("def f(a):\\n    return a + 1\\n")
+    True
+    """
+    names, form, fstring_depth = {}, [], 0
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        kind = token.type
+        if kind == _FSTRING_START:
+            if not fstring_depth:
+                form.append("<str>")
+            fstring_depth += 1
+        elif kind == _FSTRING_END:
+            fstring_depth -= 1
+        elif fstring_depth or kind in _SKIPPED_TOKENS:
+            continue
+        elif kind == tokenize.NAME and not keyword.iskeyword(token.string):
+            form.append(names.setdefault(token.string, f"v{len(names)}"))
+        elif kind in _LITERALS:
+            form.append(_LITERALS[kind])
+        elif kind in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            form.append(tokenize.tok_name[kind])
+        else:
+            form.append(token.string)
+    return tuple(form)
+
+
 def collect_functions(train_files, held_out_files, log=print):
     """Reads the functions of both parts, skipping files that do not parse.
 
     Identical function sources are kept once: the first in file order, and a
-    held-out function identical to a training one is dropped, so no function
-    is in both parts.
+    held-out function identical to a training one is dropped. A held-out
+    function with the `normalised_form` of a training function (the same
+    code up to names and constants) is dropped too, so the held-out part
+    tests more than recall of renamed training code.
 
     Returns:
         `(train_functions, held_out_functions, report)`: lists of source
         strings, and a dict with `files`, `skipped_files` (`[[path, reason]]`),
-        `functions` and `duplicates` per part.
+        `functions` and `duplicates` per part, and the held-out part's
+        `near_duplicates`.
     """
     seen = set()
     parts, report = {}, {"skipped_files": []}
     for name, files in (("train", train_files), ("held_out", held_out_files)):
-        kept, duplicates = [], 0
-        for path in files:
-            try:
-                functions = read_functions(path)
-            except ValueError as error:
-                report["skipped_files"].append([str(path), str(error)])
-                log(f"skipped {path}: it does not parse ({error})")
+        parts[name], duplicates = _read_part(files, seen, report["skipped_files"], log)
+        report[name] = {"files": len(files), "functions": len(parts[name]), "duplicates": duplicates}
+    train_forms = {normalised_form(text) for text in parts["train"]}
+    held_out = [text for text in parts["held_out"] if normalised_form(text) not in train_forms]
+    near_duplicates = len(parts["held_out"]) - len(held_out)
+    report["held_out"].update(functions=len(held_out), near_duplicates=near_duplicates)
+    log(
+        f"removed {near_duplicates} of {len(parts['held_out'])} held-out functions: each is a training "
+        "function with its identifiers renamed and literals changed (same normalised form)"
+    )
+    return parts["train"], held_out, report
+
+
+def _read_part(files, seen, skipped, log):
+    """`(functions, duplicates)` of `files`: the function sources not in
+    `seen` (which grows), and how many were; files that do not parse are
+    appended to `skipped` as `[path, reason]`."""
+    kept, duplicates = [], 0
+    for path in files:
+        try:
+            functions = read_functions(path)
+        except ValueError as error:
+            skipped.append([str(path), str(error)])
+            log(f"skipped {path}: it does not parse ({error})")
+            continue
+        for text in functions:
+            if text in seen:
+                duplicates += 1
                 continue
-            for text in functions:
-                if text in seen:
-                    duplicates += 1
-                    continue
-                seen.add(text)
-                kept.append(text)
-        parts[name] = kept
-        report[name] = {"files": len(files), "functions": len(kept), "duplicates": duplicates}
-    return parts["train"], parts["held_out"], report
+            seen.add(text)
+            kept.append(text)
+    return kept, duplicates
 
 
 __all__ = [
     "collect_functions",
     "default_source_dir",
     "find_python_files",
+    "normalised_form",
     "read_functions",
     "split_files",
 ]
