@@ -5,9 +5,11 @@ with XLA, otherwise it runs as a `tf.function` graph with XLA off, the way
 TensorFlow Serving runs it):
 
 1. Music: `--events` events continued from a `--primer`-event primer, per
-   preset width, batch size and with or without the note state
-   (`note_event_ids`, the music recipe's default; its cached steps read the
-   token cache): `continue_sequence` (cached) against an
+   preset width, batch size and decoding: a model without the note state, one
+   with it (`note_event_ids`, the music recipe's default; its cached steps
+   read the token cache), and that one under the note rules as well
+   (`continue_sequence(..., note_event_ids=...)`, the recipe's decoding):
+   `continue_sequence` (cached) against an
    uncached loop that re-runs the model's forward pass on the growing
    sequence and takes the argmax (t2t's fallback for relative and local
    attention). The uncached time is the mean of one pass at `--samples`
@@ -29,6 +31,7 @@ TensorFlow Serving runs it):
 """
 
 import argparse
+import functools
 import itertools
 import time
 
@@ -60,36 +63,45 @@ def _music_model(preset, note_state=False):
     return music_transformer(VOCAB_SIZE, preset=preset, dropout=0.0, note_event_ids=note_event_ids)
 
 
+DECODINGS = {  # name: (the model has the note state, generation applies the note rules)
+    "plain": (False, False),
+    "note state": (True, False),
+    "note state + rules": (True, True),
+}
+
+
 def music_table(presets, batches, events, primer_length, samples, xla):
-    rows, cached_without_state = [], {}
-    for preset, note_state in itertools.product(presets, (False, True)):
+    rows, cached_plain = [], {}
+    for preset, (decoding, (note_state, rules)) in itertools.product(presets, DECODINGS.items()):
         model = _music_model(preset, note_state)
+        note_event_ids = event_id_ranges() if rules else None
         forward = tf.function(
             lambda tokens: tf.argmax(model(tokens)[:, -1], axis=-1),
             input_signature=[tf.TensorSpec((None, None), tf.int32)],
         )
         for batch in batches:
             primer = RNG.integers(0, VOCAB_SIZE, (batch, primer_length)).astype("int32")
-            generate = tf.function(
-                lambda p: continue_sequence(model, p, events, temperature=0), jit_compile=xla
+            generate = functools.partial(
+                continue_sequence, model, max_new_tokens=events, temperature=0, note_event_ids=note_event_ids
             )
-            cached = best_seconds(generate, primer, repeats=1)
+            if xla:
+                generate = tf.function(generate, jit_compile=True)
+            cached = best_seconds(generate, primer, repeats=1 if xla else 2)
             lengths = np.linspace(primer_length, primer_length + events - 1, samples).astype(int)
             per_pass = [
                 best_seconds(forward, RNG.integers(0, VOCAB_SIZE, (batch, n)).astype("int32"))
                 for n in lengths
             ]
             uncached = float(np.mean(per_pass)) * events
-            if not note_state:
-                cached_without_state[preset, batch] = cached
+            cached_plain.setdefault((preset, batch), cached)
             rows.append([
-                preset, "on" if note_state else "off", batch, events, cached, uncached, uncached / cached,
-                cached / cached_without_state[preset, batch],
+                preset, decoding, batch, events, cached, uncached, uncached / cached,
+                cached / cached_plain[preset, batch],
             ])
     print_table(
         f"Music: {events} events from a {primer_length}-event primer, greedy"
-        + ("  (cached: XLA)" if xla else "  (cached: graph, XLA off)"),
-        ["preset", "note state", "batch", "events", "cached s", "uncached s", "speed-up", "cached vs off"],
+        + ("  (cached: XLA)" if xla else "  (cached: continue_sequence called eagerly: a graph, XLA off)"),
+        ["preset", "decoding", "batch", "events", "cached s", "uncached s", "speed-up", "cached vs plain"],
         rows,
     )
 
