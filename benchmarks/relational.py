@@ -13,6 +13,13 @@ types, key and value tables shared by the heads, for:
   edges per node (default 4), given as dense ids (zero elsewhere) and as an
   edge list `[edges, 4]`.
 
+Each `RelationalAttention` row runs with `check_relations=False`, and again
+with the check on (", checked"), whose "x unchecked" column divides its
+time by the unchecked row's: the cost of checking every id and edge index
+in the graph. Under `KERAS_SELFATTN_BENCHMARK_XLA=1` the checked rows are
+left out: on TensorFlow a checking layer is never compiled with XLA (Keras
+runs it without), so compare their time there with an unchecked run under XLA.
+
 Run: `.venv/bin/python -m benchmarks.relational [--nodes 512]
 [--key_dims 32 64 128] [--edges_per_node 4] [--repeats 5]`;
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
@@ -20,6 +27,7 @@ The naive form's memory grows with `key_dim`; the others' does not.
 """
 
 import argparse
+import os
 
 import keras
 import numpy as np
@@ -34,6 +42,7 @@ from keras_selfattn.ops.softmax import masked_softmax
 
 NUM_HEADS, WIDTH, NUM_RELATIONS = 8, 512, 16
 ANCHOR = "mha (anchor)"
+CHECKED = ", checked"
 
 
 class NaiveRelationalAttention(RelationalAttention):
@@ -83,11 +92,15 @@ def rows_for(nodes, key_dim, edges_per_node, repeats):
     sparse = f"{edges_per_node} edges/node"
     cases = {
         ANCHOR: (MultiHeadAttention(**common), None),
-        "relational, ids on every pair": (RelationalAttention(**relational), every_pair),
-        "naive, ids on every pair": (NaiveRelationalAttention(**relational), every_pair),
-        f"relational, {sparse} as ids": (RelationalAttention(**relational), sparse_ids),
-        f"relational, {sparse} as edge list": (RelationalAttention(**relational), edges),
+        "naive, ids on every pair": (NaiveRelationalAttention(**relational, check_relations=False), every_pair),
     }
+    xla = os.environ.get("KERAS_SELFATTN_BENCHMARK_XLA") == "1" and keras.backend.backend() == "tensorflow"
+    for variant, relations in (
+        ("ids on every pair", every_pair), (f"{sparse} as ids", sparse_ids), (f"{sparse} as edge list", edges)
+    ):
+        cases[f"relational, {variant}"] = (RelationalAttention(**relational, check_relations=False), relations)
+        if not xla:
+            cases[f"relational, {variant}{CHECKED}"] = (RelationalAttention(**relational), relations)
     measured = {}
     for name, (layer, relations) in cases.items():
         inputs = {"query": x} if relations is None else {"query": x, "relations": relations}
@@ -97,9 +110,16 @@ def rows_for(nodes, key_dim, edges_per_node, repeats):
     anchor_seconds, anchor_bytes = results[ANCHOR]
     return [
         [nodes, key_dim, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak),
-         peak / anchor_bytes]
+         peak / anchor_bytes, _against_unchecked(name, seconds, results)]
         for name, (seconds, peak) in results.items()
     ]
+
+
+def _against_unchecked(name, seconds, results):
+    """A checked row's time over its unchecked twin's; "" for other rows."""
+    if not name.endswith(CHECKED):
+        return ""
+    return seconds / results[name[: -len(CHECKED)]][0]
 
 
 def main():
@@ -115,7 +135,7 @@ def main():
     print_table(
         f"Relational attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
         f"{NUM_RELATIONS} relation types, shared tables",
-        ["nodes", "key_dim", "variant", "ms", "x time", "peak MB", "x memory"],
+        ["nodes", "key_dim", "variant", "ms", "x time", "peak MB", "x memory", "x unchecked"],
         rows,
     )
 

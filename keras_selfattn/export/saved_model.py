@@ -37,7 +37,11 @@ def export_for_serving(
       for `graph_transformer`, whose inputs are `token_ids` int32 `[B, N]`
       and `relations` int32 `[B, N, N]`). A Functional model with those two
       inputs that holds a `GraphTransformer` (heads on its node encodings)
-      and has named outputs (a dict) gives those outputs, as float32.
+      and has named outputs (a dict) gives those outputs, as float32. A
+      graph model's `serving_default` also outputs `status` string `[B]`, as
+      the generation signatures do: a row with a token id outside the
+      vocabulary or a relation id outside `[0, num_relations]` gets its
+      problem there and zeros in its other outputs.
     - `music_transformer` (decoder-only): `generate`: `primer` int32
       `[B, T]` (primers padded to the longest), `primer_length` int32 `[B]`
       (each row's own), `max_new_tokens` int32 `[B]`, `temperature` float32
@@ -172,19 +176,19 @@ def _is_graph_heads_model(model):
 
 
 def _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids):
-    from keras_selfattn.export import image_signatures, sequence_signatures
+    from keras_selfattn.export import graph_signatures, image_signatures, sequence_signatures
 
     is_dmol = family == "image" and model.is_dmol
     output_name = {"graph": "encodings"}.get(family, "dmol_params" if is_dmol else "logits")
     if family == "graph" and not isinstance(model, GraphTransformer):
         output_name = None  # heads over the encoder: their own output names
-    endpoints = [_forward_endpoint(model, output_name)]
     if family == "graph":
         if tokenizer is not None:
             raise ValueError("`tokenizer` is for translation models only. Received a graph model")
         if note_event_ids is not None:
             raise ValueError("`note_event_ids` is for music models only. Received a graph model")
-        return endpoints, []
+        return [graph_signatures.graph_endpoint(model, output_name)], []
+    endpoints = [_forward_endpoint(model, output_name)]
     if family == "image":
         return endpoints + image_signatures.image_endpoints(model), []
     if tokenizer is not None and family != "translation":

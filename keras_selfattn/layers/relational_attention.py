@@ -19,6 +19,8 @@ from keras_selfattn.ops.relation_graphs import (
     scatter_edge_logits,
     sum_weights_by_relation,
     with_no_relation_row,
+    without_out_of_range_edges,
+    without_unknown_ids,
 )
 from keras_selfattn.ops.relation_tables import dot_table_rows, heads_first, weigh_table_rows
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
@@ -69,9 +71,30 @@ class RelationalAttention(MultiHeadAttention):
     attention weights per relation before one product with the value
     table; the sparse form computes each edge's terms and scatters them
     (O(edges x heads x depth)). No `[batch, query, key, depth]` tensor is
-    formed. Relation ids and edge indices known when the layer is called
-    eagerly are checked; inside a traced function (`tf.function`,
-    `jax.jit`) they cannot be: keep them in range.
+    formed.
+
+    Checks: with `check_relations=True` (the default) every relation id and
+    edge index must lie in its range (ids in `[0, num_relations]`; an edge's
+    batch, query and key below the batch size, query length and key
+    length), else the call fails with a message naming `relations`, the
+    index and its bound:
+
+    - values known at call time (eager TensorFlow, JAX and PyTorch) raise a
+      `ValueError`;
+    - in a TensorFlow graph (`tf.function`, `fit`, `predict`, an exported
+      SavedModel) the run fails with an `InvalidArgumentError` carrying the
+      same message. XLA drops assertions, so on TensorFlow the checking
+      layer reports `supports_jit = False` (Keras then runs `fit` and
+      `predict` without XLA, and warns if `jit_compile=True` was asked), and
+      a function compiled with `jit_compile=True` around it raises a
+      `ValueError` when traced;
+    - traced by `jax.jit` (JAX's `fit` and `predict`), values cannot be
+      checked: they are used as with `check_relations=False`.
+
+    With `check_relations=False` (or unchecked under `jax.jit`) nothing is
+    checked and the layer compiles with XLA on every backend; an
+    out-of-range id, or an edge with any index out of range, then adds no
+    relation term (it never lands on another pair).
 
     Args:
         num_heads: number of attention heads.
@@ -88,6 +111,8 @@ class RelationalAttention(MultiHeadAttention):
             tables; `None` is a normal distribution with standard deviation
             `key_dim**-0.5`.
         relative_bias_initializer: initializer of `relative_bias`.
+        check_relations: whether relation ids and edge indices are checked
+            against their bounds at call time (see Checks above).
         **kwargs: the other `MultiHeadAttention` arguments (`value_dim`,
             `dropout`, `use_bias`, `output_shape`, `sliding_window`,
             `use_gate`, initializers, ...). `attention_axes` must stay the
@@ -140,6 +165,7 @@ class RelationalAttention(MultiHeadAttention):
         heads_share_relative_embedding=True,
         relative_embeddings_initializer=None,
         relative_bias_initializer="zeros",
+        check_relations=True,
         **kwargs,
     ):
         if kwargs.get("flash_attention") is not None:
@@ -155,6 +181,7 @@ class RelationalAttention(MultiHeadAttention):
             "add_relative_to_values": add_relative_to_values,
             "add_relative_bias": add_relative_bias,
             "heads_share_relative_embedding": heads_share_relative_embedding,
+            "check_relations": check_relations,
         }
         for name, option in options.items():
             if not isinstance(option, bool):
@@ -170,6 +197,9 @@ class RelationalAttention(MultiHeadAttention):
         self.heads_share_relative_embedding = heads_share_relative_embedding
         self.relative_embeddings_initializer = relative_embeddings_initializer
         self.relative_bias_initializer = relative_bias_initializer
+        self.check_relations = check_relations
+        # XLA drops TensorFlow's assertions: Keras must not compile a checking layer with it.
+        self.supports_jit = not (check_relations and backend.backend() == "tensorflow")
         self.relative_key_embeddings = None
         self.relative_value_embeddings = None
         self.relative_bias = None
@@ -227,7 +257,7 @@ class RelationalAttention(MultiHeadAttention):
             key_length = (call.value if call.value is not None else call.query).shape[1]
             if call.cache is not None:
                 key_length = call.cache.shape[2]
-            self._check_relations(relations, call.query.shape[0], call.query.shape[1], key_length)
+            self._check_relations_layout(relations, call.query.shape[0], call.query.shape[1], key_length)
         return super().compute_output_spec(*args, **kwargs)
 
     def _compute_attention_with_context(self, query, key, value, call):
@@ -237,9 +267,9 @@ class RelationalAttention(MultiHeadAttention):
         relations = call.relations
         if relations is None:
             return super()._compute_attention_with_context(query, key, value, call)
-        batch, query_length, key_length = ops.shape(query)[0], query.shape[1], key.shape[1]
-        self._check_relations(relations, batch, query_length, key_length)
-        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+        batch, query_length, key_length = ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1]
+        self._check_relations_layout(relations, batch, query.shape[1], key.shape[1])
+        relations = self._in_range_relations(relations, batch, query_length, key_length)
         # Scaling the query scales content and relation logits together.
         query = ops.multiply(query, ops.cast(self.logit_scale, query.dtype))
         query, key, value = (heads_first(x) for x in (query, key, value))
@@ -311,9 +341,25 @@ class RelationalAttention(MultiHeadAttention):
             return None
         return scatter_edge_logits(per_edge, edges, batch, query_length, key_length)
 
-    def _check_relations(self, relations, batch, query_length, key_length):
-        """`ValueError` naming `relations` for a wrong dtype, rank, shape, or
-        (when the values are known) an id or index out of range."""
+    def _in_range_relations(self, relations, batch, query_length, key_length):
+        """int32 `relations` whose out-of-range ids and edges add nothing,
+        checked first with `check_relations` (see the class docstring)."""
+        dense = len(relations.shape) == 3
+        if self.check_relations:
+            if dense:
+                limits = [("relation id", None, self.num_relations + 1)]
+            else:
+                names = ("batch", "query", "key", "relation")
+                sizes = (batch, query_length, key_length, self.num_relations + 1)
+                limits = [(f"edge {name} index", column, size) for column, (name, size)
+                          in enumerate(zip(names, sizes))]
+            relations = checked_in_range(relations, "relations", limits, "check_relations")
+        if dense:
+            return without_unknown_ids(relations, self.num_relations + 1)
+        return without_out_of_range_edges(relations, batch, query_length, key_length, self.num_relations + 1)
+
+    def _check_relations_layout(self, relations, batch, query_length, key_length):
+        """`ValueError` naming `relations` for a wrong dtype, rank or shape."""
         shape = tuple(relations.shape)
         dtype = backend.standardize_dtype(relations.dtype)
         if not dtype.startswith(("int", "uint")):
@@ -338,18 +384,6 @@ class RelationalAttention(MultiHeadAttention):
                 "or an edge list `[num_edges, 4]` of (batch, query, key, relation). "
                 f"Received: relations.shape={shape}"
             )
-        values = _concrete(relations)
-        if values is None or values.size == 0:
-            return
-        if len(shape) == 3:
-            _check_range("relation id", values, self.num_relations + 1)
-            return
-        for column, name, size in zip(
-            range(4),
-            ("batch", "query", "key", "relation"),
-            (batch, query_length, key_length, self.num_relations + 1),
-        ):
-            _check_range(f"edge {name} index", values[:, column], size)
 
     def get_config(self):
         config = super().get_config()
@@ -361,6 +395,7 @@ class RelationalAttention(MultiHeadAttention):
                 "add_relative_to_values": self.add_relative_to_values,
                 "add_relative_bias": self.add_relative_bias,
                 "heads_share_relative_embedding": self.heads_share_relative_embedding,
+                "check_relations": self.check_relations,
                 "relative_embeddings_initializer": initializer,
                 "relative_bias_initializer": keras.initializers.serialize(
                     keras.initializers.get(self.relative_bias_initializer)
@@ -370,17 +405,71 @@ class RelationalAttention(MultiHeadAttention):
         return config
 
 
-def _check_range(what, values, size):
-    """`ValueError` naming `relations` unless `0 <= values < size` (`size`
-    `None`: not known yet, unchecked)."""
-    if size is None:
+def checked_in_range(tensor, argument, limits, switch):
+    """`tensor` (integers), checked to lie within `limits`.
+
+    Values known now (eager TensorFlow, JAX, PyTorch) raise a `ValueError`.
+    In a TensorFlow graph the result carries assertions that fail the run
+    with an `InvalidArgumentError` holding the same message, or, where XLA
+    compiles the graph (XLA drops assertions), a `ValueError` is raised
+    while tracing. Traced by JAX, `tensor` comes back unchecked.
+
+    Args:
+        tensor: an integer tensor.
+        argument: its argument name, for the messages.
+        limits: `[(what, column, size)]`: every value of `tensor[..., column]`
+            (`column` None: of all of `tensor`), a `what` ("relation id"),
+            must lie in `[0, size)`; `size` an int or a scalar tensor.
+        switch: the argument that turns the check off, named in the error
+            under XLA (`"check_relations"`).
+    """
+    values = _concrete(tensor)
+    if values is not None:
+        for what, column, size in limits:
+            _check_range(what, argument, values if column is None else values[..., column], size)
+        return tensor
+    if backend.backend() != "tensorflow" or isinstance(tensor, keras.KerasTensor):
+        return tensor
+    return _asserted_in_range(tensor, argument, limits, switch)
+
+
+def _range_message(what, argument, last):
+    return f"Every {what} in `{argument}` must lie in [0, {last}]. Received: values from"
+
+
+def _check_range(what, argument, values, size):
+    """`ValueError` naming `argument` unless `0 <= values < size`."""
+    if values.size == 0:
         return
     low, high = int(values.min()), int(values.max())
     if low < 0 or high >= size:
         raise ValueError(
-            f"Every {what} in `relations` must lie in [0, {size - 1}]. "
-            f"Received: values from {low} to {high}"
+            f"{_range_message(what, argument, int(size) - 1)} {low} to {high}"
         )
+
+
+def _asserted_in_range(tensor, argument, limits, switch):
+    """`checked_in_range` in a TensorFlow graph."""
+    import tensorflow as tf
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise ValueError(
+            f"`{argument}` cannot be checked in a function compiled with XLA "
+            "(`jit_compile=True`), which drops assertions: compile it without XLA, "
+            f"or pass `{switch}=False` to run unchecked."
+        )
+    values = tf.cast(tensor, tf.int64)
+    assertions = []
+    for what, column, size in limits:
+        column_values = values if column is None else values[..., column]
+        low, high = tf.reduce_min(column_values), tf.reduce_max(column_values)
+        size = tf.cast(size, tf.int64)
+        template = _range_message(what, argument, "{}") + " {} to {}"
+        message = tf.strings.format(template, (size - 1, low, high))
+        assertions.append(tf.debugging.Assert((low >= 0) & (high < size), [message]))
+    with tf.control_dependencies(assertions):
+        return tf.identity(tensor)
 
 
 def _concrete(tensor):

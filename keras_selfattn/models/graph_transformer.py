@@ -5,7 +5,7 @@ import keras
 from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_positive_int
-from keras_selfattn.layers.relational_attention import RelationalAttention
+from keras_selfattn.layers.relational_attention import RelationalAttention, checked_in_range
 from keras_selfattn.models.config import (
     check_divisible_width,
     check_vocabulary_size,
@@ -33,7 +33,7 @@ GRAPH_PRESETS = {
 _BLOCK_PARTS = ("attention_norm", "attention", "feedforward_norm", "feedforward", "output")
 
 
-def graph_transformer(vocab_size, num_relations, preset="base", **overrides):
+def graph_transformer(vocab_size, num_relations, preset="base", check_inputs=True, **overrides):
     """Builds a pre-norm Transformer encoder over a graph as a Functional model.
 
     Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
@@ -43,10 +43,22 @@ def graph_transformer(vocab_size, num_relations, preset="base", **overrides):
     `RelationalAttention` reads them). Output float32 node encodings
     `[batch, nodes, hidden_dim]`.
 
+    With `check_inputs` every token id must lie in `[0, vocab_size)` and
+    every relation id in `[0, num_relations]`, else the call fails with a
+    message naming `token_ids` or `relations` and the bound: a `ValueError`
+    for values known at call time, an `InvalidArgumentError` in a
+    TensorFlow graph (`fit`, `predict`, `tf.function`, SavedModel), as
+    `RelationalAttention(check_relations=True)` does; on TensorFlow the
+    model is then never compiled with XLA, which drops the checks. Under
+    `jax.jit` nothing is checked.
+
     Args:
         vocab_size: number of token ids (>= 2), id 0 the padding.
         num_relations: number of relation types (>= 1).
         preset: `"base"`, `"small"` or `"tiny"`.
+        check_inputs: whether token and relation ids are checked; `False`
+            runs unchecked, and with XLA where Keras chooses it (an unknown
+            relation id then adds no relation term; keep token ids in range).
         **overrides: hyperparameters replacing the preset's: `num_layers`,
             `hidden_dim`, `num_heads` (`key_dim = hidden_dim / num_heads`),
             `feedforward_dim`, `dropout`, `add_relative_bias`,
@@ -58,11 +70,13 @@ def graph_transformer(vocab_size, num_relations, preset="base", **overrides):
     """
     check_vocabulary_size("vocab_size", vocab_size)
     check_positive_int("num_relations", num_relations)
+    if not isinstance(check_inputs, bool):
+        raise ValueError(f"`check_inputs` must be True or False. Received: check_inputs={check_inputs!r}")
     config = resolve_preset("graph_transformer", GRAPH_PRESETS, preset, overrides)
     check_divisible_width(config["hidden_dim"], config["num_heads"])
     layers = {"token_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="token_embedding")}
     for index in range(config["num_layers"]):
-        layers.update(_block_layers(index, num_relations, config))
+        layers.update(_block_layers(index, num_relations, config, check_inputs))
     layers["encoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")
     relations = keras.Input((None, None), dtype="int32", name="relations")
@@ -72,7 +86,7 @@ def graph_transformer(vocab_size, num_relations, preset="base", **overrides):
     )
 
 
-def _block_layers(index, num_relations, config):
+def _block_layers(index, num_relations, config, check_relations):
     prefix = f"encoder_block_{index}_"
     hidden_dim, dropout = config["hidden_dim"], config["dropout"]
     return {
@@ -84,6 +98,7 @@ def _block_layers(index, num_relations, config):
             add_relative_bias=config["add_relative_bias"],
             heads_share_relative_embedding=config["heads_share_relative_embedding"],
             dropout=dropout,
+            check_relations=check_relations,
             name=prefix + "attention",
         ),
         prefix + "feedforward_norm": keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "feedforward_norm"),
@@ -143,7 +158,28 @@ class GraphTransformer(FamilyModel):
     def num_relations(self):
         return self._named_layers["encoder_block_0_attention"].num_relations
 
+    @property
+    def vocabulary_size(self):
+        return self._named_layers["token_embedding"].input_dim
+
+    @property
+    def checks_inputs(self):
+        """Whether token and relation ids are checked (`check_inputs`)."""
+        return self._named_layers["encoder_block_0_attention"].check_relations
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        if isinstance(inputs, dict) and "token_ids" in inputs:
+            inputs = dict(inputs, token_ids=self._checked_token_ids(inputs["token_ids"]))
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
     def attention_scores(self, token_ids, relations, block=-1):
         """`[batch, heads, nodes, nodes]` attention probabilities of encoder
         block `block` (an index, negative counting from the last)."""
+        token_ids = self._checked_token_ids(token_ids)
         return encode_graph(self._named_layers, token_ids, relations, scores_of_block=block)
+
+    def _checked_token_ids(self, token_ids):
+        if not self.checks_inputs:
+            return token_ids
+        limits = [("token id", None, self.vocabulary_size)]
+        return checked_in_range(token_ids, "token_ids", limits, "check_inputs")

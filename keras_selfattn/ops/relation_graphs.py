@@ -10,6 +10,11 @@ Nothing here forms a `[batch, query, key, depth]` tensor: the dense form
 gathers from `query . table^T` and sums the attention weights per relation;
 the sparse form costs O(edges x heads x depth) besides the logits-sized
 tensor its terms are scattered into.
+
+The functions read ids and edges as given: pass them through
+`without_unknown_ids` and `without_out_of_range_edges` first, or an id or
+index past its bound lands on another pair's entries (or, under some
+backends, fails a gather).
 """
 
 from keras import ops
@@ -22,6 +27,25 @@ def with_no_relation_row(table):
     """`table [(h,) R, d]` with a zero row 0 for "no relation": `[(h,) R + 1, d]`."""
     padding = [[0, 0]] * (len(table.shape) - 2) + [[1, 0], [0, 0]]
     return ops.pad(table, padding)
+
+
+def without_unknown_ids(relations, num_ids):
+    """Dense relation ids with every id outside `[0, num_ids)` set to 0 (no
+    relation): an unknown id then adds no term instead of reading another
+    pair's entries."""
+    relations = ops.cast(relations, "int32")
+    known = ops.logical_and(ops.greater_equal(relations, 0), ops.less(relations, num_ids))
+    return ops.where(known, relations, 0)
+
+
+def without_out_of_range_edges(edges, batch, query_length, key_length, num_ids):
+    """An int32 edge list with every edge that has an index outside its bound
+    (`batch`, `query_length`, `key_length`, `num_ids`) replaced by a zero
+    row, a padding edge, which adds nothing."""
+    edges = ops.cast(edges, "int32")
+    bounds = ops.cast(ops.stack([batch, query_length, key_length, num_ids]), "int32")
+    in_range = ops.logical_and(ops.greater_equal(edges, 0), ops.less(edges, bounds[None, :]))
+    return ops.where(ops.all(in_range, axis=1, keepdims=True), edges, 0)
 
 
 def _flat_index(batch, heads, query_length, width, columns):

@@ -1,5 +1,6 @@
 """`export_for_serving` of heads over a `graph_transformer`: serving_default
-takes token_ids and relations and gives the heads' named outputs."""
+takes token_ids and relations and gives the heads' named outputs, and each
+row's `status`: a row with a bad id spares the others merged with it."""
 
 import keras
 import numpy as np
@@ -40,19 +41,89 @@ def graph_inputs(batch, nodes, seed=0):
     return {"token_ids": token_ids, "relations": relations}
 
 
-def test_serving_default_gives_the_heads_outputs_at_any_batch_and_length(tmp_path):
+@pytest.fixture(scope="module")
+def exported_heads(tmp_path_factory):
+    """`(model, path)`: `heads_model()` exported once for this module."""
+    keras.utils.set_random_seed(0)
     model = heads_model()
-    loaded = tf.saved_model.load(export_for_serving(model, tmp_path, name="heads"))
-    serve = loaded.signatures["serving_default"]
+    return model, export_for_serving(model, tmp_path_factory.mktemp("graph_heads"), name="heads")
+
+
+def test_serving_default_gives_the_heads_outputs_at_any_batch_and_length(exported_heads):
+    model, path = exported_heads
+    serve = tf.saved_model.load(path).signatures["serving_default"]
     assert set(serve.structured_input_signature[1]) == {"token_ids", "relations"}
     for batch, nodes in ((3, 7), (1, 4)):
         inputs = graph_inputs(batch, nodes)
         outputs = serve(**{k: tf.constant(v) for k, v in inputs.items()})
         expected = model(inputs, training=False)
-        assert set(outputs) == {"first", "second"}
-        for name in outputs:
+        assert set(outputs) == {"first", "second", "status"}
+        assert outputs["status"].numpy().tolist() == [b""] * batch
+        for name in ("first", "second"):
             assert outputs[name].dtype == tf.float32
             np.testing.assert_allclose(outputs[name].numpy(), keras.ops.convert_to_numpy(expected[name]), atol=1e-5)
+
+
+# name -> (input, value put on row 1, the start of that row's status)
+BAD_ROWS = {
+    "relation_id_7": ("relations", 7, "`relations` must be relation ids in [0, 4]"),
+    "relation_id_-1": ("relations", -1, "`relations` must be relation ids in [0, 4]"),
+    "token_id_past_the_vocabulary": ("token_ids", VOCABULARY, "`token_ids` must be token ids in [0, 19)"),
+    "token_id_-1": ("token_ids", -1, "`token_ids` must be token ids in [0, 19)"),
+}
+
+
+def with_bad_row(name, batch=3, nodes=6):
+    argument, value, _ = BAD_ROWS[name]
+    inputs = graph_inputs(batch, nodes)
+    inputs[argument][(1, 2) + (3,) * (argument == "relations")] = value
+    return inputs
+
+
+def assert_bad_row_spares_the_others(outputs, model, inputs, status):
+    assert outputs["status"][[0, 2]].tolist() == [b"", b""]
+    assert outputs["status"][1].decode().startswith(status), outputs["status"][1]
+    for name in ("first", "second"):
+        np.testing.assert_array_equal(outputs[name][1], 0.0)
+        for row in (0, 2):
+            alone = {key: value[row : row + 1] for key, value in inputs.items()}
+            expected = keras.ops.convert_to_numpy(model(alone, training=False)[name])[0]
+            np.testing.assert_allclose(outputs[name][row], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BAD_ROWS)
+def test_a_row_with_a_bad_id_gets_its_status_and_spares_the_others(exported_heads, name):
+    model, path = exported_heads
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    inputs = with_bad_row(name)
+    outputs = {key: value.numpy() for key, value in serve(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
+    assert_bad_row_spares_the_others(outputs, model, inputs, BAD_ROWS[name][2])
+
+
+@pytest.mark.slow
+def test_through_the_c_api_loader_a_bad_row_spares_the_others_and_a_bad_layout_fails(exported_heads):
+    from tests.serving.emulator.c_api_loader import CApiSavedModel
+    from tests.serving.emulator.tensor_wire import ServingError
+
+    model, path = exported_heads
+    with CApiSavedModel(path) as loaded:
+        for name in BAD_ROWS:
+            inputs = with_bad_row(name)
+            assert_bad_row_spares_the_others(loaded.run("serving_default", inputs), model, inputs, BAD_ROWS[name][2])
+        inputs = graph_inputs(2, 6)
+        with pytest.raises(ServingError, match="`relations` must be \\[batch, nodes, nodes\\] over the nodes"):
+            loaded.run("serving_default", dict(inputs, relations=inputs["relations"][:, :5]))
+
+
+def test_a_head_named_status_is_refused(tmp_path):
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    relations = keras.Input((None, None), dtype="int32", name="relations")
+    encoder = graph_transformer(VOCABULARY, NUM_RELATIONS, preset="tiny", hidden_dim=6, num_heads=2)
+    nodes = encoder({"token_ids": token_ids, "relations": relations})
+    model = keras.Model({"token_ids": token_ids, "relations": relations}, {"status": keras.layers.Dense(1)(nodes)})
+    with pytest.raises(ValueError, match="must not be named `status`"):
+        export_for_serving(model, tmp_path, name="heads")
+    assert not (tmp_path / "heads").exists()
 
 
 def test_heads_without_a_graph_transformer_and_foreign_arguments_are_refused(tmp_path):

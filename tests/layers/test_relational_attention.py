@@ -372,6 +372,9 @@ SHARED_CHECKS = {
 }
 
 
+# A layer that checks its relations is never compiled with XLA on TensorFlow
+# (test_relational_attention_checks.py): Keras warns and predicts without it.
+@pytest.mark.filterwarnings("ignore:Model doesn't support `jit_compile=True`:UserWarning")
 @pytest.mark.parametrize("settings", SHARED_CHECKS.values(), ids=SHARED_CHECKS.keys())
 def test_shared_layer_checks(settings, tmp_path):
     run_layer_test(

@@ -109,7 +109,76 @@ def test_serving_default_takes_tokens_and_relations_through_the_c_api_loader(tmp
         assert set(loaded.input_names("serving_default")) == {"token_ids", "relations"}
         outputs = loaded.run("serving_default", inputs)
         np.testing.assert_allclose(outputs["encodings"], numpy(model(inputs)), atol=1e-5)
+        assert outputs["status"].tolist() == [b"", b""]
         shorter = {"token_ids": inputs["token_ids"][:1, 3:], "relations": inputs["relations"][:1, 3:, 3:]}
         np.testing.assert_allclose(
             loaded.run("serving_default", shorter)["encodings"], numpy(model(shorter)), atol=1e-5
         )
+        # A row with a bad id: its status, zero encodings, and row 0 answered as alone.
+        bad, _ = with_bad_value("relation_id_7")
+        outputs = loaded.run("serving_default", bad)
+        assert outputs["status"][0] == b"" and outputs["status"][1].startswith(b"`relations` must be relation ids")
+        np.testing.assert_array_equal(outputs["encodings"][1], 0.0)
+        np.testing.assert_allclose(outputs["encodings"][0], numpy(model(inputs))[0], atol=1e-5)
+
+
+def with_bad_value(name):
+    """`(inputs with one bad value on row 1, words of the error)`."""
+    inputs = graph_inputs()
+    bad = {
+        "relation_id_7": ("relations", 7, r"Every relation id in `relations` must lie in \[0, 5\]"),
+        "relation_id_-1": ("relations", -1, r"Every relation id in `relations` must lie in \[0, 5\]"),
+        "token_id_past_the_vocabulary": ("token_ids", VOCABULARY, r"Every token id in `token_ids` must lie in \[0, 22\]"),
+        "token_id_-1": ("token_ids", -1, r"Every token id in `token_ids` must lie in \[0, 22\]"),
+    }
+    argument, value, words = bad[name]
+    inputs[argument][(1, 2) + (4,) * (argument == "relations")] = value
+    return inputs, words
+
+
+BAD_VALUES = ["relation_id_7", "relation_id_-1", "token_id_past_the_vocabulary", "token_id_-1"]
+
+
+@pytest.mark.parametrize("name", BAD_VALUES)
+def test_a_bad_id_raises_a_value_error_naming_its_input(name):
+    model = graph_transformer(VOCABULARY, NUM_RELATIONS, **TINY)
+    inputs, words = with_bad_value(name)
+    with pytest.raises(ValueError, match=words):
+        model(inputs)
+    with pytest.raises(ValueError, match=words):
+        model.attention_scores(inputs["token_ids"], inputs["relations"])
+
+
+@pytest.mark.backends("tensorflow", reason="predict and fit run a TensorFlow graph")
+def test_predict_and_fit_fail_on_a_bad_id_naming_its_input():
+    import tensorflow as tf
+
+    model = graph_transformer(VOCABULARY, NUM_RELATIONS, **TINY)
+    model.compile(optimizer="sgd", loss="mse")
+    model.predict(graph_inputs(), verbose=0)
+    for name in BAD_VALUES:
+        inputs, words = with_bad_value(name)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+            model.predict(inputs, batch_size=2, verbose=0)
+    target = np.zeros((2, NODES, 6), "float32")
+    for name in ("relation_id_7", "token_id_past_the_vocabulary"):
+        inputs, words = with_bad_value(name)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+            model.fit(inputs, target, batch_size=2, verbose=0)
+
+
+@pytest.mark.backends("tensorflow", reason="XLA drops TensorFlow's assertions")
+def test_a_checking_model_is_not_compiled_with_xla_and_check_inputs_false_is():
+    from keras.src.trainers.trainer import model_supports_jit
+
+    assert not model_supports_jit(graph_transformer(VOCABULARY, NUM_RELATIONS, **TINY))
+    unchecked = graph_transformer(VOCABULARY, NUM_RELATIONS, check_inputs=False, **TINY)
+    assert model_supports_jit(unchecked)
+    inputs, _ = with_bad_value("relation_id_7")
+    without = graph_inputs()
+    without["relations"][1, 2, 4] = 0
+    np.testing.assert_allclose(
+        unchecked.predict(inputs, verbose=0), unchecked.predict(without, verbose=0), atol=1e-5
+    )
+    with pytest.raises(ValueError, match="`check_inputs` must be True or False"):
+        graph_transformer(VOCABULARY, NUM_RELATIONS, check_inputs=1, **TINY)
