@@ -1,5 +1,6 @@
 """What the recipes' tests check the same way: the model a report says it
-scored, and an `--evaluate_only` rerun on a tiny run's saved model."""
+scored, an `--evaluate_only` rerun on a tiny run's saved model, and a
+user's small folder of pictures."""
 
 import contextlib
 import io
@@ -7,6 +8,8 @@ import json
 import shutil
 
 import keras
+import numpy as np
+from PIL import Image
 
 
 def read_report(model_dir):
@@ -40,3 +43,15 @@ def evaluate_only(main, argv, model_dir, fresh_dir, files):
     assert "--evaluate_only: loading" in printed.getvalue()
     assert report["training"] is None
     return report, printed.getvalue()
+
+
+def write_pictures(folder, count, shape, seed, stem="picture"):
+    """`count` PNG pictures of `shape` in `folder`: each a plain colour with
+    a rectangle of another inside."""
+    rng = np.random.default_rng(seed)
+    height, width, _ = shape
+    for index in range(count):
+        picture = np.full(shape, rng.integers(0, 256, 3), "uint8")
+        picture[height // 5 : height * 7 // 10, width // 4 : width * 3 // 4] = rng.integers(0, 256, 3)
+        Image.fromarray(picture).save(folder / f"{stem}_{index}.png")
+    return folder

@@ -232,12 +232,7 @@ def test_bad_flags_are_clear_errors(tmp_path, image_dir):
 def small_folder_run(tmp_path_factory):
     """A folder of 15 small PNG pictures, run with the default data flags
     (held-out fraction, batch size larger than the training images)."""
-    folder = tmp_path_factory.mktemp("pictures")
-    rng = np.random.default_rng(3)
-    for index in range(15):
-        picture = np.full((10, 12, 3), rng.integers(0, 256, 3), "uint8")
-        picture[2:8, 3:9] = rng.integers(0, 256, 3)
-        Image.fromarray(picture).save(folder / f"picture_{index}.png")
+    folder = recipe_checks.write_pictures(tmp_path_factory.mktemp("pictures"), 15, (10, 12, 3), seed=3)
     model_dir = tmp_path_factory.mktemp("small_folder")
     argv = ["--image_dir", str(folder), "--image_size", "4", "--preset", "tiny", "--epochs", "1",
             "--steps_per_epoch", "1", "--samples", "1", "--completions", "1", "--verbose", "0"]

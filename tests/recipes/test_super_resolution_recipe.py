@@ -326,12 +326,7 @@ def test_one_scored_image_gives_no_interval_and_prints_n_a():
 def small_folder_run(tmp_path_factory):
     """A folder of 15 small PNG photos, run with the default data flags
     (held-out fraction, validation, scored images, batch size, grid rows)."""
-    folder = tmp_path_factory.mktemp("photos")
-    rng = np.random.default_rng(5)
-    for index in range(15):
-        photo = np.full((20, 24, 3), rng.integers(0, 256, 3), "uint8")
-        photo[4:14, 6:18] = rng.integers(0, 256, 3)
-        Image.fromarray(photo).save(folder / f"photo_{index}.png")
+    folder = recipe_checks.write_pictures(tmp_path_factory.mktemp("photos"), 15, (20, 24, 3), seed=5, stem="photo")
     model_dir = tmp_path_factory.mktemp("small_folder")
     argv = [
         "--image_dir", str(folder), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1",
