@@ -313,7 +313,7 @@ def main(argv=None, callbacks=()):
                 "train_images": int(len(train_pixels)),
                 "held_out_images": int(len(test_pixels)),
             },
-            "training": harness.training_history(history),
+            "training": history,
             **held_out_bits(args, run, model, train_pixels, test),
             "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
         }

@@ -520,7 +520,7 @@ def main(argv=None, callbacks=()):
                 "held_out_performances": len(held_out),
                 "held_out_events": int(sum(len(p) for p in held_out)),
             },
-            "training": harness.training_history(history),
+            "training": history,
             "held_out_nll_per_event": evaluate(args, run, model, music_data, held_out),
             "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
         }

@@ -526,7 +526,7 @@ def main(argv=None, callbacks=()):
                 "held_out_images": int(len(test_high)),
             },
             "upsampler_training": upsampler_history,
-            "training": harness.training_history(history),
+            "training": history,
             "held_out": held_out_report,
         }
         run.export(model, NAME)

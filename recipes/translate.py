@@ -540,7 +540,7 @@ def main(argv=None, callbacks=()):
                 "train_pairs": len(train),
                 "held_out_pairs": len(held_out),
             },
-            "training": harness.training_history(history),
+            "training": history,
             "held_out": evaluation,
             "samples": samples[: args.samples],
             "attention_sentence": attention_source,

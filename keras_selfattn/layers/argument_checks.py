@@ -1,7 +1,12 @@
-"""Constructor and input checks shared by the layers: each raises a
-`ValueError` naming the argument and what was expected."""
+"""Constructor and input checks shared by the layers and models: each
+raises a `ValueError` naming the argument and what was expected
+(`checked_in_range` also in a TensorFlow graph, as an `InvalidArgumentError`)."""
 
 import numbers
+
+import keras
+import numpy as np
+from keras import backend, ops
 
 
 def check_positive_int(name, value):
@@ -35,3 +40,82 @@ def check_input_rank(name, shape, rank, layout):
         raise ValueError(
             f"The last dimension of `{name}` must be defined. Received: {name}.shape={tuple(shape)}"
         )
+
+
+def checked_in_range(tensor, argument, limits, switch):
+    """`tensor` (integers), checked to lie within `limits`.
+
+    Values known now (eager TensorFlow, JAX, PyTorch) raise a `ValueError`.
+    In a TensorFlow graph the result carries assertions that fail the run
+    with an `InvalidArgumentError` holding the same message, or, where XLA
+    compiles the graph (XLA drops assertions), a `ValueError` is raised
+    while tracing. Traced by JAX, `tensor` comes back unchecked.
+
+    Args:
+        tensor: an integer tensor.
+        argument: its argument name, for the messages.
+        limits: `[(what, column, size)]`: every value of `tensor[..., column]`
+            (`column` None: of all of `tensor`), a `what` ("relation id"),
+            must lie in `[0, size)`; `size` an int or a scalar tensor.
+        switch: the argument that turns the check off, named in the error
+            under XLA (`"check_relations"`).
+    """
+    values = _concrete(tensor)
+    if values is not None:
+        for what, column, size in limits:
+            _check_range(what, argument, values if column is None else values[..., column], size)
+        return tensor
+    if backend.backend() != "tensorflow" or isinstance(tensor, keras.KerasTensor):
+        return tensor
+    return _asserted_in_range(tensor, argument, limits, switch)
+
+
+def _range_message(what, argument, last):
+    return f"Every {what} in `{argument}` must lie in [0, {last}]. Received: values from"
+
+
+def _check_range(what, argument, values, size):
+    """`ValueError` naming `argument` unless `0 <= values < size`."""
+    if values.size == 0:
+        return
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= size:
+        raise ValueError(
+            f"{_range_message(what, argument, int(size) - 1)} {low} to {high}"
+        )
+
+
+def _asserted_in_range(tensor, argument, limits, switch):
+    """`checked_in_range` in a TensorFlow graph."""
+    import tensorflow as tf
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise ValueError(
+            f"`{argument}` cannot be checked in a function compiled with XLA "
+            "(`jit_compile=True`), which drops assertions: compile it without XLA, "
+            f"or pass `{switch}=False` to run unchecked."
+        )
+    values = tf.cast(tensor, tf.int64)
+    assertions = []
+    for what, column, size in limits:
+        column_values = values if column is None else values[..., column]
+        low, high = tf.reduce_min(column_values), tf.reduce_max(column_values)
+        size = tf.cast(size, tf.int64)
+        template = _range_message(what, argument, "{}") + " {} to {}"
+        message = tf.strings.format(template, (size - 1, low, high))
+        assertions.append(tf.debugging.Assert((low >= 0) & (high < size), [message]))
+    with tf.control_dependencies(assertions):
+        return tf.identity(tensor)
+
+
+def _concrete(tensor):
+    """`tensor` as a numpy array when its values are known without running a graph."""
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if isinstance(tensor, keras.KerasTensor):
+        return None
+    try:
+        return ops.convert_to_numpy(tensor)
+    except Exception:  # A symbolic or traced value: checked at run time only.
+        return None

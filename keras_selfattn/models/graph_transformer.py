@@ -4,8 +4,8 @@
 import keras
 from keras import ops
 
-from keras_selfattn.layers.argument_checks import check_positive_int
-from keras_selfattn.layers.relational_attention import RelationalAttention, checked_in_range
+from keras_selfattn.layers.argument_checks import check_positive_int, checked_in_range
+from keras_selfattn.layers.relational_attention import RelationalAttention
 from keras_selfattn.models.config import (
     check_divisible_width,
     check_vocabulary_size,

@@ -30,6 +30,14 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
+def run_recipe(main, argv, **kwargs):
+    """`(report, printed)`: what `main(argv, **kwargs)` returned and printed."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = main(argv, **kwargs)
+    return report, printed.getvalue()
+
+
 def evaluate_only(main, argv, model_dir, fresh_dir, files):
     """`(report, printed)` of `main(argv + --evaluate_only)` in `fresh_dir`,
     a model folder holding only `files` copied from `model_dir` (the
@@ -37,12 +45,10 @@ def evaluate_only(main, argv, model_dir, fresh_dir, files):
     fresh_dir.mkdir()
     for name in files:
         shutil.copy(model_dir / name, fresh_dir / name)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = main([*argv, "--model_dir", str(fresh_dir), "--evaluate_only"])
-    assert "--evaluate_only: loading" in printed.getvalue()
+    report, printed = run_recipe(main, [*argv, "--model_dir", str(fresh_dir), "--evaluate_only"])
+    assert "--evaluate_only: loading" in printed
     assert report["training"] is None
-    return report, printed.getvalue()
+    return report, printed
 
 
 def write_pictures(folder, count, shape, seed, stem="picture"):

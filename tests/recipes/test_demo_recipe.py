@@ -2,15 +2,13 @@
 statistics against an independent recomputation, per performance and
 pooled, every output, the length study's figures, and bad flags."""
 
-import contextlib
-import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import demo
+import recipe_checks
 from keras_selfattn.data import music as music_data
 from keras_selfattn.generation import continue_sequence
 from keras_selfattn.models import music_transformer
@@ -47,10 +45,7 @@ def inputs(tmp_path_factory):
 
 
 def _run(argv):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = demo.main(argv)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(demo.main, argv)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@
 held-out bits/dim against numpy, completions that keep the given rows,
 attention weights that reproduce the layer, and the exported signatures."""
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -45,10 +43,7 @@ def image_dir(tmp_path_factory):
 
 
 def _main(argv):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = image_generation.main(argv)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(image_generation.main, argv)
 
 
 @pytest.fixture(scope="module")

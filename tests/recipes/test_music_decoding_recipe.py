@@ -2,8 +2,6 @@
 MIDI folder: every setting's statistics, MIDI and report, and the rules
 kept where the setting says so."""
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import numpy as np
 import pytest
 
 import music_decoding
+import recipe_checks
 from keras_selfattn.data import music as music_data
 from keras_selfattn.models import music_transformer
 from tests.recipes.test_music_recipe import FILES, _performance
@@ -40,10 +39,7 @@ def inputs(tmp_path_factory):
 
 
 def _run_study(argv):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = music_decoding.main(argv)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(music_decoding.main, argv)
 
 
 @pytest.fixture(scope="module")

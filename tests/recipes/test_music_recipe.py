@@ -2,8 +2,6 @@
 every output, the held-out NLL against a plain numpy computation, the
 continuation's notes, and resumption after an interrupted run."""
 
-import contextlib
-import io
 import json
 import math
 from pathlib import Path
@@ -69,10 +67,7 @@ def data_dir(tmp_path_factory):
 
 
 def _main(argv, callbacks=()):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = music.main(argv, callbacks=callbacks)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(music.main, argv, callbacks=callbacks)
 
 
 @pytest.fixture(scope="module")

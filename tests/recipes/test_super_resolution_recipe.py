@@ -12,7 +12,6 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
-from PIL import Image
 
 import recipe_checks
 import super_resolution
@@ -332,10 +331,8 @@ def small_folder_run(tmp_path_factory):
         "--image_dir", str(folder), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1",
         "--steps_per_epoch", "1", "--upsampler_epochs", "1", "--temperatures", "0", "--verbose", "0",
     ]
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = super_resolution.main([*argv, "--model_dir", str(model_dir)])
-    return argv, model_dir, report, printed.getvalue()
+    report, printed = recipe_checks.run_recipe(super_resolution.main, [*argv, "--model_dir", str(model_dir)])
+    return argv, model_dir, report, printed
 
 
 def test_a_small_folder_runs_with_the_default_flags(small_folder_run):

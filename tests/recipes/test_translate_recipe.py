@@ -3,8 +3,6 @@ translated French to English: every output, the BLEU and chrF report
 against sacrebleu on the written translations, the exported `translate`
 signature against the recipe's own translations, and the usage errors."""
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -50,10 +48,7 @@ def pairs_tsv(tmp_path_factory):
 
 
 def _main(argv):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = translate.main(argv)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(translate.main, argv)
 
 
 @pytest.fixture(scope="module")

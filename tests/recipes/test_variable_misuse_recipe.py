@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import pytest
 
+import recipe_checks
 import variable_misuse
 from common import harness
 from keras_selfattn.data import programs
@@ -66,10 +67,7 @@ def source_dir(tmp_path_factory):
 
 
 def _main(argv):
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = variable_misuse.main(argv)
-    return report, printed.getvalue()
+    return recipe_checks.run_recipe(variable_misuse.main, argv)
 
 
 @pytest.fixture(scope="module")
