@@ -3,6 +3,9 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 EXTRAS := recipes,test,jax
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+# Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
+STAGE_TIMES ?= /dev/null
+timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
 
 .PHONY: install demo test test-tensorflow test-other-backends test-fast benchmark clean
 
@@ -24,11 +27,11 @@ test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line test-tensorflow test-other-backends
 
 test-tensorflow: install
-	$(PYTEST) tests
+	@$(call timed,tensorflow (every test),$(PYTEST) tests)
 
 test-other-backends: install
-	KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/generation
-	KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers
+	@$(call timed,jax (ops layers generation),KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/generation)
+	@$(call timed,torch (ops layers),KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers)
 
 test-fast: install
 	$(PYTEST) tests -m "not slow"
