@@ -70,16 +70,42 @@ def _main(argv, callbacks=()):
     return recipe_checks.run_recipe(music.main, argv, callbacks=callbacks)
 
 
+class _Interrupt(keras.callbacks.Callback):
+    """Fails like a crash at the end of the first epoch (after its backup)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights = [np.array(w) for w in self.model.get_weights()]
+        raise RuntimeError("killed after epoch 1")
+
+
+class _Start(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        if not hasattr(self, "epoch"):
+            self.epoch, self.weights = epoch, [np.array(w) for w in self.model.get_weights()]
+
+
 @pytest.fixture(scope="module")
 def short_run(midi_dir, data_dir, tmp_path_factory):
+    """A two-epoch run killed after its first epoch, then run again, resuming
+    from the backup: `(model_dir, report, printout, resume)`, `resume` holding
+    the first run's state and the weights the second run started from."""
     model_dir = tmp_path_factory.mktemp("run")
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(model_dir),
         "--export_dir", str(model_dir / "export"), "--primer_events", "40",
-        "--generate_events", "48", *TINY,
+        "--generate_events", "48", *TINY, "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
     ]
-    report, printed = _main(argv)
-    return model_dir, report, printed
+    interrupt = _Interrupt()
+    with pytest.raises(RuntimeError, match="killed after epoch 1"):
+        _main(argv, callbacks=[interrupt])
+    resume = {
+        "backup_kept": (model_dir / "backup").is_dir(),
+        "report_written": (model_dir / "report.json").exists(),
+        "saved_weights": interrupt.weights,
+        "start": _Start(),
+    }
+    report, printed = _main(argv, callbacks=[resume["start"]])
+    return model_dir, report, printed, resume
 
 
 def test_help_explains_every_flag():
@@ -97,7 +123,7 @@ def test_help_explains_every_flag():
 
 
 def test_short_run_writes_every_output_and_lists_it(short_run):
-    model_dir, report, printed = short_run
+    model_dir, report, printed, _ = short_run
     for name in (
         "music.keras", "checkpoints/latest.keras", "continuation.mid", "piano_roll.png",
         "attention.png", "report.json",
@@ -118,7 +144,7 @@ def test_short_run_writes_every_output_and_lists_it(short_run):
 def test_pictures_are_png_images(short_run):
     import matplotlib.image
 
-    model_dir, _, _ = short_run
+    model_dir, _, _, _ = short_run
     roll = matplotlib.image.imread(model_dir / "piano_roll.png")
     attention = matplotlib.image.imread(model_dir / "attention.png")
     assert roll.shape[0] > 100 and roll.shape[1] > 400
@@ -129,7 +155,7 @@ def test_pictures_are_png_images(short_run):
 def test_held_out_nll_at_one_and_two_training_lengths_match_numpy(short_run, midi_dir):
     from keras_selfattn.data import music as music_data
 
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     nll = report["held_out_nll_per_event"]
     assert (nll["1x"]["length"], nll["2x"]["length"]) == (SEQUENCE_LENGTH, 2 * SEQUENCE_LENGTH)
     assert report["data"]["held_out_performances"] == 1  # the csv's test file
@@ -150,7 +176,7 @@ def test_held_out_nll_at_one_and_two_training_lengths_match_numpy(short_run, mid
 
 
 def test_continuation_midi_notes_pass_sanity_checks(short_run):
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     continuation = report["continuation"]
     assert continuation["primer_events"] == 40 and continuation["generated_events"] == 48
     midi = pretty_midi.PrettyMIDI(str(model_dir / "continuation.mid"))
@@ -172,7 +198,7 @@ def test_continuation_midi_notes_pass_sanity_checks(short_run):
 
 
 def test_note_statistics_of_the_continuation_and_the_held_out_data(short_run):
-    model_dir, report, printed = short_run
+    model_dir, report, printed, _ = short_run
     statistics = report["continuation"]["note_statistics"]
     assert statistics["continuation"]["notes"] == report["continuation"]["sanity"]["notes"]
     # The held-out performance: arpeggios of 0.25 s (longer under the pedal)
@@ -190,7 +216,7 @@ def test_note_statistics_of_the_continuation_and_the_held_out_data(short_run):
 def test_saved_model_serves_the_trained_model(short_run):
     import tensorflow as tf
 
-    model_dir, report, _ = short_run
+    model_dir, report, _, _ = short_run
     exported = report["outputs"].get("SavedModel for TensorFlow Serving")
     assert exported is not None, "no SavedModel was exported"
     assert Path(exported).parent == model_dir / "export" / "music"  # serving/models.config's name
@@ -211,41 +237,17 @@ def test_saved_model_serves_the_trained_model(short_run):
     np.testing.assert_array_equal(generated.numpy(), keras.ops.convert_to_numpy(expected))
 
 
-class _Interrupt(keras.callbacks.Callback):
-    """Fails like a crash at the end of the first epoch (after its backup)."""
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.weights = [np.array(w) for w in self.model.get_weights()]
-        raise RuntimeError("killed after epoch 1")
-
-
-class _Start(keras.callbacks.Callback):
-    def on_epoch_begin(self, epoch, logs=None):
-        if not hasattr(self, "epoch"):
-            self.epoch, self.weights = epoch, [np.array(w) for w in self.model.get_weights()]
-
-
-def test_interrupted_run_resumes_from_its_backup(midi_dir, data_dir, tmp_path):
-    argv = [
-        "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
-        "--primer_events", "16", "--generate_events", "4", *TINY,
-        "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
-    ]
-    interrupt = _Interrupt()
-    with pytest.raises(RuntimeError, match="killed after epoch 1"):
-        _main(argv, callbacks=[interrupt])
-    assert (tmp_path / "backup").is_dir()
-    assert not (tmp_path / "report.json").exists()
-
-    start = _Start()
-    report, printed = _main(argv, callbacks=[start])
+def test_interrupted_run_resumes_from_its_backup(short_run):
+    model_dir, report, printed, resume = short_run
+    assert resume["backup_kept"] and not resume["report_written"]
+    start = resume["start"]
     assert "resumed from the backup" in printed
     assert start.epoch == 1 and report["run"]["resumed_from_epoch"] == 1
     assert len(report["training"]["loss"]) == 1  # only the second of two epochs ran
-    for restored, saved in zip(start.weights, interrupt.weights):
+    for restored, saved in zip(start.weights, resume["saved_weights"]):
         np.testing.assert_array_equal(restored, saved)
-    assert not (tmp_path / "backup").exists()
-    optimizer = keras.models.load_model(tmp_path / "music.keras").optimizer
+    assert not (model_dir / "backup").exists()
+    optimizer = keras.models.load_model(model_dir / "music.keras").optimizer
     assert int(optimizer.iterations) == 6  # the schedule resumed at step 3 of 6
     assert float(optimizer.learning_rate) == pytest.approx(0.0, abs=1e-12)
 

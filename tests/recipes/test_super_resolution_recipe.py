@@ -36,20 +36,49 @@ class UpsamplerWatch(keras.callbacks.Callback):
         return {w.path: w.numpy().copy() for w in self.model.get_layer("upsampler").weights}
 
 
+class _Interrupt(keras.callbacks.Callback):
+    """Fails like a crash at the end of the first epoch (after its backup),
+    keeping the upsampler's weights then."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.upsampler = [np.array(w) for w in self.model.get_layer("upsampler").get_weights()]
+        raise RuntimeError("killed after epoch 1")
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
+    """A two-epoch run killed after its first epoch, then run again: the
+    second run resumes from the backup. `(model_dir, report, printout,
+    UpsamplerWatch of the resumed training, resume)`, `resume` holding the
+    first run's upsampler history and weights and the models the second fit."""
     model_dir = tmp_path_factory.mktemp("super_resolution")
     argv = [
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
-        "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1", "--steps_per_epoch", "2",
+        "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "2", "--steps_per_epoch", "2",
         "--upsampler_epochs", "2", "--batch_size", "4", "--eval_images", "3", "--temperatures", "0,1",
         "--grid_rows", "2", "--verbose", "0", "--seed", "2",
     ]
+    interrupt = _Interrupt()
+    with pytest.raises(RuntimeError, match="killed after epoch 1"), contextlib.redirect_stdout(io.StringIO()):
+        super_resolution.main(argv, callbacks=[interrupt])
+    resume = {
+        "backup_kept": (model_dir / "backup").is_dir(),
+        "first_history": json.loads((model_dir / super_resolution.UPSAMPLER_HISTORY).read_text()),
+        "upsampler": interrupt.upsampler,
+        "fitted": [],
+    }
+    original_fit = keras.Model.fit
+
+    def fit(model, *args, **kwargs):
+        resume["fitted"].append(model.name)
+        return original_fit(model, *args, **kwargs)
+
     printed = io.StringIO()
     watch = UpsamplerWatch()
-    with contextlib.redirect_stdout(printed):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.setattr(keras.Model, "fit", fit)
         report = super_resolution.main(argv, callbacks=[watch])
-    return model_dir, report, printed.getvalue(), watch
+    return model_dir, report, printed.getvalue(), watch, resume
 
 
 def test_help_explains_every_flag():
@@ -67,7 +96,7 @@ def test_help_explains_every_flag():
 def test_short_run_writes_grid_report_and_saved_model(short_run):
     import matplotlib.image
 
-    model_dir, report, printed, _ = short_run
+    model_dir, report, printed, _, _ = short_run
     for name in ("super_resolution.keras", "super_resolution.png", "super_resolution_samples.npz", "report.json"):
         assert (model_dir / name).is_file(), name
     assert json.loads((model_dir / "report.json").read_text())["held_out"] == report["held_out"]
@@ -86,7 +115,7 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
     from skimage.metrics import peak_signal_noise_ratio, structural_similarity
     from skimage.transform import resize
 
-    model_dir, report, _, _ = short_run
+    model_dir, report, _, _, _ = short_run
     scored = np.load(model_dir / "super_resolution_samples.npz")
     original, low = scored["original"].astype(float), scored["low_resolution"].astype(float)
     assert original.shape == (3, 8, 8, 1) and low.shape == (3, 4, 4, 1)
@@ -124,7 +153,7 @@ def test_scores_are_scikit_image_psnr_and_ssim_of_the_scored_images(short_run):
 
 
 def test_upsampler_is_fitted_first_then_frozen(short_run):
-    model_dir, report, _, watch = short_run
+    model_dir, report, _, watch, _ = short_run
     assert len(report["upsampler_training"]["loss"]) == 2
     assert len(report["upsampler_training"]["val_loss"]) == 2
     # Fitted: its last convolution, zero when built, is not zero any more.
@@ -140,54 +169,24 @@ def test_upsampler_is_fitted_first_then_frozen(short_run):
     np.testing.assert_array_equal(scored["upsampler"], np.clip(np.round(estimates), 0, 255))
 
 
-class _Interrupt(keras.callbacks.Callback):
-    """Fails like a crash at the end of the first epoch (after its backup),
-    keeping the upsampler's weights then."""
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.upsampler = [np.array(w) for w in self.model.get_layer("upsampler").get_weights()]
-        raise RuntimeError("killed after epoch 1")
-
-
-def test_a_resumed_run_does_not_fit_the_upsampler_again(tmp_path, monkeypatch):
-    argv = [
-        "--model_dir", str(tmp_path), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "2",
-        "--steps_per_epoch", "2", "--upsampler_epochs", "2", "--batch_size", "4", "--eval_images", "2",
-        "--validation_images", "8", "--temperatures", "0", "--grid_rows", "1", "--verbose", "0", "--seed", "3",
-    ]
-    interrupt = _Interrupt()
-    with pytest.raises(RuntimeError, match="killed after epoch 1"), contextlib.redirect_stdout(io.StringIO()):
-        super_resolution.main(argv, callbacks=[interrupt])
-    assert (tmp_path / "backup").is_dir()
-    first_history = json.loads((tmp_path / super_resolution.UPSAMPLER_HISTORY).read_text())
-    assert len(first_history["loss"]) == 2
-
-    fitted = []
-    original_fit = keras.Model.fit
-
-    def fit(model, *args, **kwargs):
-        fitted.append(model.name)
-        return original_fit(model, *args, **kwargs)
-
-    monkeypatch.setattr(keras.Model, "fit", fit)
-    watch = UpsamplerWatch()
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        report = super_resolution.main(argv, callbacks=[watch])
-    assert fitted == ["image_super_resolution"]  # not "upsampler_regression"
-    assert "not fitting the upsampler: the backup" in printed.getvalue()
+def test_a_resumed_run_does_not_fit_the_upsampler_again(short_run):
+    model_dir, report, printed, watch, resume = short_run
+    assert resume["backup_kept"]
+    assert len(resume["first_history"]["loss"]) == 2
+    assert resume["fitted"] == ["image_super_resolution"]  # not "upsampler_regression"
+    assert "not fitting the upsampler: the backup" in printed
     assert report["run"]["resumed_from_epoch"] == 1
-    assert report["upsampler_training"] == first_history
+    assert report["upsampler_training"] == resume["first_history"]
     # The upsampler the second epoch trains with is the first run's, restored from the backup.
-    for restored, saved in zip(watch.before.values(), interrupt.upsampler):
+    for restored, saved in zip(watch.before.values(), resume["upsampler"]):
         np.testing.assert_array_equal(restored, saved)
-    assert not (tmp_path / "backup").exists()
+    assert not (model_dir / "backup").exists()
 
 
 def test_bits_per_dim_covers_every_test_patch_and_no_validation_patch(short_run):
     from keras_selfattn.data.images.patches import downsample, embedded_patches
 
-    model_dir, report, _, _ = short_run
+    model_dir, report, _, _, _ = short_run
     _, held_out = embedded_patches(size=8, channels=1, held_out_fraction=0.33, seed=2)
     assert len(held_out) == report["data"]["held_out_images"]
     _, test_indices, scored = super_resolution.held_out_parts(len(held_out), 64, 3, seed=2)
@@ -232,7 +231,7 @@ def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
 
     from keras_selfattn.generation import sample_images
 
-    model_dir, report, _, _ = short_run
+    model_dir, report, _, _, _ = short_run
     scored = np.load(model_dir / "super_resolution_samples.npz")
     low = scored["low_resolution"].astype("uint8")
     model = keras.models.load_model(model_dir / "super_resolution.keras")
