@@ -24,12 +24,14 @@ RECIPES = (
     ["tensorflow-datasets", "scikit-learn", "scikit-image==0.26.*", "pillow", "matplotlib"]
     + BEAM + MUSIC + TEXT + SERVING
 )
+# `model.export(path, format="onnx" or "litert")` and onnxruntime, the LiteRT interpreter to run them.
+EXPORT = ["onnx==1.23.2", "onnxruntime==1.32.0", "tf2onnx==1.17.0", "ai-edge-litert==2.3.0"]
 # The tests' TF Serving emulator (tests/serving/emulator) also needs gcc. `make test` runs the
 # tests on the JAX and PyTorch backends too.
 # torch==2.13.0 is the version the torch run of `make test` is tested with. On Linux, PyPI's wheel of
 # it is the CUDA build (several GB); for CPU-only torch, install it from PyTorch's CPU index first:
 # `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
-TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + RECIPES + JAX
+TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + RECIPES + JAX + EXPORT
 
 setup(
     name="keras-selfattn",
@@ -53,8 +55,9 @@ setup(
         "music": MUSIC,
         "text": TEXT,
         "serving": SERVING,
+        "export": EXPORT,
         "test": TEST,
-        "all": RECIPES + BEAM + JAX + MUSIC + TEXT + SERVING + TEST,
+        "all": RECIPES + BEAM + JAX + MUSIC + TEXT + SERVING + EXPORT + TEST,
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -67,8 +67,11 @@ FEATURES = {
     ),
     # `KERAS_BACKEND=jax`: Keras imports jax.
     "jax": Feature(modules=("jax",)),
+    # `model.export(format="onnx" / "litert")` and running the results (the tests import
+    # them with `pytest.importorskip`, which the import reach does not follow).
+    "export": Feature(modules=("onnx", "onnxruntime", "tf2onnx", "ai_edge_litert")),
     # `make test` runs every test on TensorFlow, and on JAX and PyTorch.
-    "test": Feature(("tests",), includes=("recipes", "jax")),
+    "test": Feature(("tests",), includes=("recipes", "jax", "export")),
 }
 # The rest of the package needs only `install_requires`: `translate_tokens`
 # with `beam_size` > 1 runs the beam extra's code.

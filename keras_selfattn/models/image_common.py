@@ -10,6 +10,7 @@ head has one position per pixel, its channels merged by a dense projection
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
@@ -79,8 +80,11 @@ def embed_pixels(pixels, embedding, head, num_values=NUM_VALUES):
     if head == "dmol":
         return embedding(ops.cast(pixels, "float32") / 127.5 - 1.0)
     channels = pixels.shape[-1]
-    offsets = ops.arange(channels, dtype="int32") * num_values
-    vectors = embedding(ops.cast(pixels, "int32") + offsets)
+    # A NumPy constant, not an eager tensor, which the Functional model would capture as an
+    # extra input of its ONNX export; offsets first, so that Keras adds with `AddV2`, not
+    # the int32 `BiasAdd` that LiteRT only runs as a Flex op.
+    offsets = np.arange(channels, dtype="int32") * num_values
+    vectors = embedding(ops.add(offsets, ops.cast(pixels, "int32")))
     return ops.reshape(vectors, (-1, pixels.shape[1], pixels.shape[2] * channels, vectors.shape[-1]))
 
 
@@ -112,7 +116,7 @@ def values_from_differences(logits, estimates):
     Returns:
         `[..., NUM_VALUES]` logits; entry `v` is the difference `v - estimate`'s.
     """
-    values = ops.arange(NUM_VALUES, dtype="int32")
+    values = np.arange(NUM_VALUES, dtype="int32")  # NumPy: see embed_pixels
     # ops.subtract, not `-`: a JAX array minus a symbolic tensor fails.
     indices = ops.subtract(values, ops.cast(estimates, "int32")[..., None]) + (NUM_VALUES - 1)
     return ops.take_along_axis(logits, indices, axis=-1)

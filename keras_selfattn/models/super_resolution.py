@@ -1,6 +1,7 @@
 """Image super-resolution with the Image Transformer (Parmar et al. 2018)."""
 
 import keras
+import numpy as np
 
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
@@ -232,7 +233,8 @@ def _interpolation_prior(upsampled):
     """`[batch, H, W, C, 256]` logits `-precision * (value - estimate)^2 / 2`
     around each sub-pixel's upsampled estimate."""
     estimates = keras.ops.clip(upsampled, 0, 255)[..., None]
-    values = keras.ops.arange(NUM_VALUES, dtype="float32")
+    # NumPy, not an eager tensor the Functional model would capture as an ONNX input.
+    values = np.arange(NUM_VALUES, dtype="float32")
     half_squared = -0.5 * keras.ops.square(keras.ops.subtract(estimates, values))
     precision = keras.layers.Dense(
         1,
@@ -242,7 +244,8 @@ def _interpolation_prior(upsampled):
         dtype="float32",
         name="interpolation_prior",
     )
-    return keras.ops.squeeze(precision(half_squared[..., None]), -1)
+    # expand_dims, not `[..., None]`: a rank-6 strided slice, past LiteRT's builtin (5 dimensions).
+    return keras.ops.squeeze(precision(keras.ops.expand_dims(half_squared, -1)), -1)
 
 
 def _encode_low_resolution(low, low_shape, config):

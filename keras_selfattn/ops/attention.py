@@ -60,11 +60,18 @@ def dot_product_attention(
     if mask is not None:
         mask = as_attention_mask(mask, "mask")
     # The fused kernels apply a causal mask without a mask tensor, but only
-    # one aligned at position 0.
-    kernel_causal = causal and _is_zero(cache_update_index)
+    # one aligned at position 0. TensorFlow has no fused kernel: there
+    # `keras.ops.dot_product_attention` would build the same mask with a
+    # `[None, None]` strided slice, which LiteRT cannot run as a builtin at
+    # unknown lengths, so on TensorFlow it is built here.
+    aligned_causal = causal and _is_zero(cache_update_index)
+    kernel_causal = aligned_causal and backend.backend() != "tensorflow"
+    # Rows without keys are zeroed under a given mask or an offset causal one (a causal
+    # mask aligned at position 0 leaves every row its first key).
+    may_lack_keys = mask is not None or (causal and not aligned_causal)
     if causal and not kernel_causal:
         offset_causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], cache_update_index)
-        mask = merge_masks(mask, offset_causal[None, None])
+        mask = merge_masks(mask, ops.expand_dims(offset_causal, (0, 1)))
     if query.shape[1] == 1 and dropout is None and not return_attention_scores:
         return _single_query_attention(query, key, value, bias, mask, scale, kernel_causal), None
     # The fused kernels (JAX's among them) need one head size for all three.
@@ -84,7 +91,7 @@ def dot_product_attention(
             is_causal=kernel_causal,
             flash_attention=flash_attention,
         )
-        if mask is not None:
+        if may_lack_keys:
             if kernel_causal:
                 mask = merge_masks(mask, causal_mask(ops.shape(query)[1], ops.shape(key)[1]))
             output = _zero_rows_without_keys(output, mask)
@@ -115,7 +122,8 @@ def _is_zero(index):
 
 def _zero_rows_without_keys(output, mask):
     has_key = ops.any(mask, axis=-1)  # [batch?, heads?, query]
-    has_key = ops.transpose(has_key, (0, 2, 1))[..., None]
+    # expand_dims, not `[..., None]`: exportable to LiteRT builtins (see masks.padding_attention_mask).
+    has_key = ops.expand_dims(ops.transpose(has_key, (0, 2, 1)), -1)
     return output * ops.cast(has_key, output.dtype)
 
 

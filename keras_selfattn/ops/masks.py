@@ -29,11 +29,13 @@ def padding_attention_mask(query_mask=None, key_mask=None):
         A `[batch, 1, query, key]` (or `[batch, 1, 1, key]`, `[batch, 1, query, 1]`)
         boolean mask, or `None` when both masks are `None`.
     """
+    # expand_dims, not `x[:, None, :, None]`: LiteRT has no builtin for a strided slice
+    # that adds axes to a tensor with two unknown dimensions (it would need Flex ops).
     mask = None
     if query_mask is not None:
-        mask = ops.cast(query_mask, "bool")[:, None, :, None]
+        mask = ops.expand_dims(ops.cast(query_mask, "bool"), (1, 3))
     if key_mask is not None:
-        mask = merge_masks(mask, ops.cast(key_mask, "bool")[:, None, None, :])
+        mask = merge_masks(mask, ops.expand_dims(ops.cast(key_mask, "bool"), (1, 2)))
     return mask
 
 

@@ -50,7 +50,8 @@ def note_id_ranges(note_event_ids, vocabulary_size):
 def pitch_hits(tokens, note_on_id, note_off_id, num_pitches):
     """bool `[..., num_pitches]` each: which pitch each token turns on, off."""
     pitches = ops.arange(num_pitches, dtype="int32")
-    tokens = ops.cast(tokens, "int32")[..., None]
+    # expand_dims, not `[..., None]`: exportable to LiteRT builtins (see masks.padding_attention_mask).
+    tokens = ops.expand_dims(ops.cast(tokens, "int32"), -1)
     return ops.equal(tokens, note_on_id + pitches), ops.equal(tokens, note_off_id + pitches)
 
 

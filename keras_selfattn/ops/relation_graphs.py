@@ -56,7 +56,8 @@ def _flat_index(batch, heads, query_length, width, columns):
         ops.arange(batch, dtype="int32")[:, None, None] * heads
         + ops.arange(heads, dtype="int32")[None, :, None]
     ) * query_length + ops.arange(query_length, dtype="int32")[None, None, :]
-    return rows[..., None] * width + columns
+    # expand_dims, not `[..., None]`: exportable to LiteRT builtins (see masks.padding_attention_mask).
+    return ops.expand_dims(rows, -1) * width + columns
 
 
 def _pair_rows(relations, batch, num_ids):
