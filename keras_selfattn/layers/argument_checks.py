@@ -42,14 +42,15 @@ def check_input_rank(name, shape, rank, layout):
         )
 
 
-def checked_in_range(tensor, argument, limits, switch):
+def checked_in_range(tensor, argument, limits, switch, unchecked_under_xla=False):
     """`tensor` (integers), checked to lie within `limits`.
 
     Values known now (eager TensorFlow, JAX, PyTorch) raise a `ValueError`.
     In a TensorFlow graph the result carries assertions that fail the run
     with an `InvalidArgumentError` holding the same message, or, where XLA
     compiles the graph (XLA drops assertions), a `ValueError` is raised
-    while tracing. Traced by JAX, `tensor` comes back unchecked.
+    while tracing (unless `unchecked_under_xla`: then `tensor` comes back
+    unchecked). Traced by JAX, `tensor` comes back unchecked.
 
     Args:
         tensor: an integer tensor.
@@ -67,7 +68,16 @@ def checked_in_range(tensor, argument, limits, switch):
         return tensor
     if backend.backend() != "tensorflow" or isinstance(tensor, keras.KerasTensor):
         return tensor
+    if unchecked_under_xla and _in_xla_context():
+        return tensor
     return _asserted_in_range(tensor, argument, limits, switch)
+
+
+def _in_xla_context():
+    import tensorflow as tf
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+    return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _range_message(what, argument, last):
@@ -88,9 +98,8 @@ def _check_range(what, argument, values, size):
 def _asserted_in_range(tensor, argument, limits, switch):
     """`checked_in_range` in a TensorFlow graph."""
     import tensorflow as tf
-    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 
-    if GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    if _in_xla_context():
         raise ValueError(
             f"`{argument}` cannot be checked in a function compiled with XLA "
             "(`jit_compile=True`), which drops assertions: compile it without XLA, "

@@ -461,3 +461,10 @@ def test_bad_beam_settings_are_named(serving_exports, tmp_path):
     with pytest.raises(ValueError, match="`tokenizer` must be a SentencePiece model file"):
         export_for_serving(model, tmp_path, name="translation", tokenizer=3)
     assert not os.listdir(tmp_path / "translation")  # no version and no staging folder left
+
+
+def test_serving_default_names_a_token_id_outside_the_vocabulary(music):
+    _, loaded, _ = music
+    tokens = np.array([[1, 2, 20]], "int32")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"token id in `tokens` must lie in \[0, 19\]"):
+        _call(loaded, "serving_default", tokens=tokens)

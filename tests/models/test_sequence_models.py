@@ -204,3 +204,62 @@ def test_music_local_table_longer_than_its_window_is_an_error():
         music_transformer(
             30, preset="tiny", attention="relative_local", block_length=4, max_relative_position=9
         )
+
+
+def _token_id_calls():
+    """`(name, call)`: each way a model runs its forward pass on TensorFlow."""
+    import tensorflow as tf
+
+    return [
+        ("eager", lambda model, inputs: model(inputs)),
+        ("tf.function", lambda model, inputs: tf.function(model)(inputs)),
+        ("predict", lambda model, inputs: model.predict(inputs, verbose=0)),
+    ]
+
+
+def _error_for(how):
+    import tensorflow as tf
+
+    return ValueError if how == "eager" else tf.errors.InvalidArgumentError
+
+
+@pytest.mark.backends("tensorflow", reason="graph-mode assertions")
+@pytest.mark.parametrize("bad", [12, -1], ids=["past the vocabulary", "negative"])
+def test_music_token_ids_are_checked_in_every_mode(bad):
+    model = music_transformer(12, preset="tiny", num_layers=1)
+    tokens = np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 11]], "int32")
+    tokens[1, 3] = bad
+    for how, call in _token_id_calls():
+        low, high = (0, bad) if bad > 0 else (bad, 11)
+        message = rf"token id in `tokens` must lie in \[0, 11\]. Received: values from {low} to {high}"
+        with pytest.raises(_error_for(how), match=message):
+            call(model, tokens)
+    # Under XLA, which drops assertions, the model still compiles and runs.
+    import tensorflow as tf
+
+    tokens[1, 3] = 11
+    compiled = tf.function(model, jit_compile=True)(tokens)
+    np.testing.assert_allclose(np.asarray(compiled), np.asarray(model(tokens)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.backends("tensorflow", reason="graph-mode assertions")
+@pytest.mark.parametrize("name, size", [("source_tokens", 10), ("target_tokens", 8)])
+def test_translation_token_ids_are_checked_against_their_own_vocabulary(name, size):
+    model = transformer_translation(10, 8, preset="tiny", num_layers=1)
+    inputs = {"source_tokens": RNG.integers(1, 10, (2, 4)), "target_tokens": RNG.integers(0, 8, (2, 3))}
+    inputs[name][0, 1] = size
+    for how, call in _token_id_calls():
+        with pytest.raises(_error_for(how), match=rf"token id in `{name}` must lie in \[0, {size - 1}\]"):
+            call(model, inputs)
+    # Inputs as a list, in the model's input order, are checked too.
+    with pytest.raises(ValueError, match=rf"`{name}`"):
+        model([inputs["source_tokens"], inputs["target_tokens"]])
+
+
+def test_token_ids_within_the_vocabulary_run_on_every_backend():
+    model = music_transformer(12, preset="tiny", num_layers=1)
+    tokens = np.array([[0, 11, 5]], "int32")
+    assert ops.convert_to_numpy(model(tokens)).shape == (1, 3, 12)
+    # Eagerly every backend raises the named error.
+    with pytest.raises(ValueError, match=r"token id in `tokens` must lie in \[0, 11\]"):
+        model(np.array([[0, 12, 5]], "int32"))
