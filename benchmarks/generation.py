@@ -28,6 +28,9 @@ TensorFlow Serving runs it):
 
     python -m benchmarks.generation            # the issue's sizes
     python -m benchmarks.generation --quick    # small sizes for a CPU
+
+`--presets`, `--batches`, `--events`, `--primer`, `--positions`,
+`--step_preset` and `--image_size` change the tables' sizes (`--help`).
 """
 
 import argparse
@@ -106,8 +109,8 @@ def music_table(presets, batches, events, primer_length, samples, xla):
     )
 
 
-def step_table(positions, k1, k2, xla):
-    model = _music_model("maestro")
+def step_table(positions, k1, k2, xla, preset="maestro"):
+    model = _music_model(preset)
     rows = []
     for position in positions:
         primer = RNG.integers(0, VOCAB_SIZE, (1, position)).astype("int32")
@@ -122,15 +125,15 @@ def step_table(positions, k1, k2, xla):
     for row in rows:
         row.append(row[1] / base)
     print_table(
-        f"Cached step of the maestro width by position, batch 1"
+        f"Cached step of the {preset} width by position, batch 1"
         + ("  (XLA)" if xla else "  (graph, XLA off)"),
         ["position", "ms / step", f"vs {positions[0]}"],
         rows,
     )
 
 
-def image_table(attentions, uncached_passes, xla):
-    shape = (32, 32, 3)
+def image_table(attentions, uncached_passes, xla, size=32):
+    shape = (size, size, 3)
     steps = shape[0] * shape[1] * shape[2]
     rows = []
     for attention in attentions:
@@ -146,7 +149,7 @@ def image_table(attentions, uncached_passes, xla):
         uncached = (time.perf_counter() - start) / uncached_passes * steps
         rows.append([attention, steps, cached, uncached, uncached / cached])
     print_table(
-        "Image 32x32x3 (tiny width), sampled" + ("  (cached: XLA)" if xla else "  (cached: graph)"),
+        f"Image {size}x{size}x3 (tiny width), sampled" + ("  (cached: XLA)" if xla else "  (cached: graph)"),
         ["attention", "steps", "cached s", "uncached s", "speed-up"],
         rows,
     )
@@ -157,6 +160,13 @@ def main():
     parser.add_argument("--xla", action="store_true", help="compile the cached generation with XLA")
     parser.add_argument("--quick", action="store_true", help="small sizes for a CPU")
     parser.add_argument("--tables", nargs="+", default=["music", "step", "image"])
+    parser.add_argument("--presets", nargs="+", help="music table's presets (default: tiny maestro)")
+    parser.add_argument("--batches", type=int, nargs="+", help="music table's batch sizes (default: 1 8)")
+    parser.add_argument("--events", type=int, help="music table's new events (default: 1024; --quick: 128)")
+    parser.add_argument("--primer", type=int, help="music table's primer length (default: 64)")
+    parser.add_argument("--positions", type=int, nargs="+", help="step table's positions (default: 128 2048)")
+    parser.add_argument("--step_preset", default="maestro", help="step table's preset")
+    parser.add_argument("--image_size", type=int, default=32, help="image table's height and width (a multiple of 4)")
     args = parser.parse_args()
     if args.quick:
         music = dict(presets=["tiny", "maestro"], batches=[1, 8], events=128, primer_length=64, samples=4)
@@ -166,6 +176,13 @@ def main():
         music = dict(presets=["tiny", "maestro"], batches=[1, 8], events=1024, primer_length=64, samples=8)
         step = dict(positions=[128, 2048], k1=8, k2=40)
         image = dict(attentions=["local_1d", "local_2d"], uncached_passes=10)
+    for table, key, value in (
+        (music, "presets", args.presets), (music, "batches", args.batches), (music, "events", args.events),
+        (music, "primer_length", args.primer), (step, "positions", args.positions),
+    ):
+        if value is not None:
+            table[key] = value
+    step["preset"], image["size"] = args.step_preset, args.image_size
     if "music" in args.tables:
         music_table(xla=args.xla, **music)
     if "step" in args.tables:

@@ -13,6 +13,7 @@ with the ratios to global attention; then how each grows from 16 x 16 to
 64 x 64 images (768 to 12288 positions).
 
 Run: `.venv/bin/python -m benchmarks.local` (`KERAS_BACKEND=jax` for JAX).
+`--comparison-size N` compares on N x N x 3 images instead of 32 x 32 x 3.
 `--skip-global-above N` leaves global attention out beyond N positions
 (64 x 64 x 3 needs about 7 GB and several seconds a step on a CPU).
 """
@@ -76,7 +77,7 @@ def measure_variants(image_size, repeats, rounds, skip_global_above):
     return {name: results[name] + (chosen[name][3],) for name in chosen}
 
 
-def comparison_table(results):
+def comparison_table(results, size):
     global_seconds, global_peak, _ = results["global causal (MultiHeadAttention)"]
     rows = []
     for name, (seconds, peak, memory) in results.items():
@@ -91,7 +92,8 @@ def comparison_table(results):
             ]
         )
     print_table(
-        "32x32x3 image = 3072 sub-pixel positions, width 256, 4 heads, batch 1, forward+backward",
+        f"{size}x{size}x{CHANNELS} image = {size * size * CHANNELS} sub-pixel positions, "
+        f"width {WIDTH}, {HEADS} heads, batch 1, forward+backward",
         ["variant", "keys/query", "ms", "peak MB", "speed-up vs global", "memory / global"],
         rows,
     )
@@ -131,18 +133,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=5, help="turns for the 32x32 comparison")
+    parser.add_argument("--rounds", type=int, default=5, help="turns for the comparison image")
     parser.add_argument("--skip-global-above", type=int, default=12288)
+    parser.add_argument(
+        "--comparison-size", type=int, default=32, help="height and width of the comparison image (always measured)"
+    )
     args = parser.parse_args()
 
     by_size = {}
-    for size in sorted(set(args.sizes) | {32}):
+    for size in sorted(set(args.sizes) | {args.comparison_size}):
         # Larger images get fewer timed calls: global attention on 64 x 64 x 3
         # takes seconds per step on a CPU.
         repeats = args.repeats if size <= 32 else 1
-        rounds = args.rounds if size == 32 else 1
+        rounds = args.rounds if size == args.comparison_size else 1
         by_size[size] = measure_variants(size, repeats, rounds, args.skip_global_above)
-    comparison_table(by_size[32])
+    comparison_table(by_size[args.comparison_size], args.comparison_size)
     scaling_table(by_size)
 
 

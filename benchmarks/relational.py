@@ -21,7 +21,7 @@ left out: on TensorFlow a checking layer is never compiled with XLA (Keras
 runs it without), so compare their time there with an unchecked run under XLA.
 
 Run: `.venv/bin/python -m benchmarks.relational [--nodes 512]
-[--key_dims 32 64 128] [--edges_per_node 4] [--repeats 5]`;
+[--key_dims 32 64 128] [--edges_per_node 4] [--repeats 5] [--rounds 3]`;
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
 The naive form's memory grows with `key_dim`; the others' does not.
 """
@@ -84,7 +84,7 @@ def graphs(nodes, edges_per_node, seed=0):
     return every_pair, sparse_ids, edges
 
 
-def rows_for(nodes, key_dim, edges_per_node, repeats):
+def rows_for(nodes, key_dim, edges_per_node, repeats, rounds=3):
     x = random_inputs((1, nodes, WIDTH))
     every_pair, sparse_ids, edges = graphs(nodes, edges_per_node)
     common = dict(num_heads=NUM_HEADS, key_dim=key_dim)
@@ -106,7 +106,7 @@ def rows_for(nodes, key_dim, edges_per_node, repeats):
         inputs = {"query": x} if relations is None else {"query": x, "relations": relations}
         layer(**inputs)  # build
         measured[name] = (layer, inputs, {})
-    results = measure_in_turns(measured, repeats=repeats)
+    results = measure_in_turns(measured, rounds=rounds, repeats=repeats)
     anchor_seconds, anchor_bytes = results[ANCHOR]
     return [
         [nodes, key_dim, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak),
@@ -128,10 +128,11 @@ def main():
     parser.add_argument("--key_dims", type=int, nargs="+", default=[32, 64, 128])
     parser.add_argument("--edges_per_node", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="turns over the variants (the fastest kept)")
     args = parser.parse_args()
     rows = []
     for key_dim in args.key_dims:
-        rows += rows_for(args.nodes, key_dim, args.edges_per_node, args.repeats)
+        rows += rows_for(args.nodes, key_dim, args.edges_per_node, args.repeats, args.rounds)
     print_table(
         f"Relational attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
         f"{NUM_RELATIONS} relation types, shared tables",

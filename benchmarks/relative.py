@@ -13,7 +13,8 @@ causal self-attention, for:
   value relation tensors materialised, as in Shaw et al.'s formulation.
 
 Run: `.venv/bin/python -m benchmarks.relative [--lengths 512 1024 2048]
-[--variants skew shaw ...] [--loss sum|square]` (the anchor always runs);
+[--variants skew shaw ...] [--loss sum|square] [--repeats 5] [--rounds 3]`
+(the anchor always runs);
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
 
 `--loss square` differentiates half the sum of squares of the output, whose
@@ -109,7 +110,7 @@ def variants(length):
 ANCHOR = "mha causal (anchor)"
 
 
-def rows_for(length, repeats, chosen=None, loss="sum"):
+def rows_for(length, repeats, chosen=None, loss="sum", rounds=3):
     x = random_inputs((1, length, WIDTH))
     inputs = {"query": x}
     cases = {}
@@ -120,7 +121,7 @@ def rows_for(length, repeats, chosen=None, loss="sum"):
             layer = HalfSquare(layer)
         layer(x, use_causal_mask=True)  # build
         cases[name] = (layer, inputs, {"use_causal_mask": True})
-    results = measure_in_turns(cases, repeats=repeats)
+    results = measure_in_turns(cases, rounds=rounds, repeats=repeats)
     anchor_seconds, anchor_bytes = results[ANCHOR]
     return [
         [length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
@@ -132,6 +133,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="turns over the variants (the fastest kept)")
     parser.add_argument(
         "--variants",
         nargs="+",
@@ -142,7 +144,7 @@ def main():
     args = parser.parse_args()
     rows = []
     for length in args.lengths:
-        rows += rows_for(length, args.repeats, args.variants, args.loss)
+        rows += rows_for(length, args.repeats, args.variants, args.loss, args.rounds)
     print_table(
         f"Relative attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
         f"causal, {args.loss} loss",

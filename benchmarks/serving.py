@@ -7,8 +7,8 @@ model, `translate` with beam search and in-graph SentencePiece), at batch 1
 and 8: the p50 and p99 latency of `--requests` sequential requests each way,
 their ratio, and a check that the tokens agree. Then the loader under load:
 8 concurrent clients x 50 `generate` requests, failures and p50/p99. Then
-long generation: `--long_events` (1,024) new events from the `maestro`
-preset, batch 1, tokens per second through the loader and in-process.
+long generation: `--long_events` (1,024) new events from the `--long_preset`
+(`maestro`), batch 1, tokens per second through the loader and in-process.
 
     PYTHONPATH=serving python -m benchmarks.serving             # the issue's sizes
     PYTHONPATH=serving python -m benchmarks.serving --quick     # fewer requests
@@ -82,9 +82,9 @@ def music_rows(args, base):
 
 
 def long_music_row(args, base):
-    """Tokens per second of `--long_events` greedy events from the `maestro`
-    width, one timed request each way after a warm-up."""
-    model = music_transformer(MUSIC_VOCABULARY, preset="maestro", dropout=0.0)
+    """Tokens per second of `--long_events` greedy events from the
+    `--long_preset` width, one timed request each way after a warm-up."""
+    model = music_transformer(MUSIC_VOCABULARY, preset=args.long_preset, dropout=0.0)
     total = args.primer + args.long_events
     path = export_for_serving(model, base, name="music_long", max_length=total)
     primer = np.random.default_rng(1).integers(2, MUSIC_VOCABULARY, (1, args.primer)).astype("int32")
@@ -135,8 +135,9 @@ def main():
     parser.add_argument("--new_tokens", type=int, default=64, help="events generated; translation max_length")
     parser.add_argument("--requests", type=int, default=20, help="timed requests per row")
     parser.add_argument(
-        "--long_events", type=int, default=1024, help="events of the long maestro row; 0 skips it"
+        "--long_events", type=int, default=1024, help="events of the long row; 0 skips it"
     )
+    parser.add_argument("--long_preset", default="maestro", help="music preset of the long row")
     parser.add_argument("--quick", action="store_true", help="5 requests a row")
     args = parser.parse_args()
     if args.quick:
@@ -159,7 +160,7 @@ def main():
 
     if long_row:
         print_table(
-            f"Long generation: maestro preset, {args.primer}-event primer, batch 1, greedy",
+            f"Long generation: {args.long_preset} preset, {args.primer}-event primer, batch 1, greedy",
             ["new events", "loader tokens/s", "in-process tokens/s", "ratio", "same tokens"],
             [long_row],
         )
