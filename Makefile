@@ -7,7 +7,8 @@ PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
 
-.PHONY: install demo test test-tensorflow test-other-backends test-fast benchmark clean
+.PHONY: install demo test test-tensorflow test-other-backends test-tensorflow-but-export \
+	test-tensorflow-export test-jax test-torch test-fast benchmark clean
 
 install: $(VENV)/.installed
 
@@ -20,17 +21,31 @@ $(VENV)/.installed: setup.py
 demo: install
 	$(PYTHON) recipes/demo.py --model_dir runs/demo
 
-# The whole suite (docstring examples included) on TensorFlow and, beside it on the
-# other core, the backend-neutral ops, layers and generation (which builds every model
-# family) on JAX, then the ops and layers on PyTorch. Each output line is printed whole.
+# The whole suite (docstring examples included) on TensorFlow and the backend-neutral
+# ops, layers and generation (which builds every model family) on JAX and PyTorch, as
+# four runs two at a time, each starting when a core frees up: TensorFlow without the
+# export tests beside JAX, then PyTorch's ops and layers, then TensorFlow's export tests.
+# Each output line is printed whole.
 test: install
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-tensorflow test-other-backends
+	$(MAKE) --no-print-directory -j2 --output-sync=line \
+		test-tensorflow-but-export test-jax test-torch test-tensorflow-export
 
+# Every test on one backend at a time.
 test-tensorflow: install
 	@$(call timed,tensorflow (every test),$(PYTEST) tests)
 
-test-other-backends: install
+test-other-backends: test-jax test-torch
+
+test-tensorflow-but-export: install
+	@$(call timed,tensorflow (all but tests/export),$(PYTEST) tests --ignore=tests/export)
+
+test-tensorflow-export: install
+	@$(call timed,tensorflow (tests/export),$(PYTEST) tests/export)
+
+test-jax: install
 	@$(call timed,jax (ops layers generation),KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/generation)
+
+test-torch: install
 	@$(call timed,torch (ops layers),KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers)
 
 test-fast: install
