@@ -6,6 +6,7 @@ import weakref
 
 import keras
 
+from keras_selfattn.layers.argument_checks import checked_in_range
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 
 _VIEWS = weakref.WeakKeyDictionary()
@@ -78,6 +79,37 @@ class FamilyModel(keras.Model):
     @functools.cached_property
     def _named_layers(self):
         return layers_by_name(self)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        """The Functional forward pass, each integer input first checked to
+        lie below its bound (`_input_bounds`): a `ValueError` naming the
+        input eagerly, an `InvalidArgumentError` with the same message in a
+        TensorFlow graph (`fit`, `predict`, a SavedModel). XLA, which drops
+        assertions, and `jax.jit` run unchecked, so that accelerators keep
+        compiling the model."""
+        return super().call(self._checked_inputs(inputs), training=training, mask=mask, **kwargs)
+
+    def _input_bounds(self):
+        """`{input name: (what, size)}`: every value of the input must lie in
+        `[0, size)`; a family class says which."""
+        return {}
+
+    def _checked_inputs(self, inputs):
+        bounds = self._input_bounds()
+        if not bounds:
+            return inputs
+        if isinstance(inputs, (list, tuple)):
+            names = [tensor.name for tensor in self.inputs]
+            return type(inputs)(self._checked_inputs(dict(zip(names, inputs))).values())
+        if not isinstance(inputs, dict):
+            (name,) = [tensor.name for tensor in self.inputs]
+            return self._checked_inputs({name: inputs})[name]
+        checked = dict(inputs)
+        for name, (what, size) in bounds.items():
+            if name in checked:
+                limits = [(what, None, size)]
+                checked[name] = checked_in_range(checked[name], name, limits, None, unchecked_under_xla=True)
+        return checked
 
     @property
     def decoder_blocks(self):

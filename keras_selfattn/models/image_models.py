@@ -18,7 +18,7 @@ from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.family_model import FamilyModel
-from keras_selfattn.models.image_common import NUM_DIFFERENCES, coded_values, decoder_inputs
+from keras_selfattn.models.image_common import NUM_DIFFERENCES, NUM_VALUES, coded_values, decoder_inputs
 from keras_selfattn.models.image_decoding import (
     generation_order,
     image_decoder_step,
@@ -70,6 +70,14 @@ class ImageTransformer(FamilyModel):
     def low_resolution_shape(self):
         """`(h, w, channels)` of a super-resolution model's input, else `None`."""
         return None
+
+    def _input_bounds(self):
+        bounds = {"pixels": ("pixel value", NUM_VALUES)}
+        if self.conditional:
+            bounds["class_label"] = ("class label", self.num_classes)
+        if self.low_resolution_shape is not None:
+            bounds["low_resolution"] = ("pixel value", NUM_VALUES)
+        return bounds
 
     @functools.cached_property
     def decoder_config(self):

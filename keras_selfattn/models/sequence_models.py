@@ -10,7 +10,6 @@ Functional model with the builders' layer names) becomes one with
 
 import keras
 
-from keras_selfattn.layers.argument_checks import checked_in_range
 from keras_selfattn.models.decoding import (
     decoder_logits,
     embed_targets,
@@ -41,30 +40,6 @@ class SequenceTransformer(FamilyModel):
         """The longest target sequence the position signal covers, or `None`
         (sinusoidal and relative positions have no limit)."""
         return getattr(self._named_layers.get("target_position"), "sequence_length", None)
-
-    def call(self, inputs, training=None, mask=None, **kwargs):
-        """The Functional forward pass, each token input first checked to lie
-        within its embedding's vocabulary: a `ValueError` naming the input
-        eagerly, an `InvalidArgumentError` with the same message in a
-        TensorFlow graph (`fit`, `predict`, a SavedModel). XLA, which drops
-        assertions, and `jax.jit` run unchecked, so that accelerators keep
-        compiling the model."""
-        return super().call(self._checked_tokens(inputs), training=training, mask=mask, **kwargs)
-
-    def _checked_tokens(self, inputs):
-        bounds = self._token_vocabularies()
-        if isinstance(inputs, (list, tuple)):
-            names = [tensor.name for tensor in self.inputs]
-            return type(inputs)(self._checked_tokens(dict(zip(names, inputs))).values())
-        if not isinstance(inputs, dict):
-            (name,) = bounds
-            return self._checked_tokens({name: inputs})[name]
-        checked = dict(inputs)
-        for name, size in bounds.items():
-            if name in checked:
-                limits = [("token id", None, size)]
-                checked[name] = checked_in_range(checked[name], name, limits, None, unchecked_under_xla=True)
-        return checked
 
     def initial_caches(self, batch_size, max_length):
         """One zero self-attention cache per decoder block,
@@ -111,8 +86,8 @@ class MusicTransformer(SequenceTransformer):
             "source_embedding" in layers or "pixel_embedding" in layers or len(model.inputs) != 1
         )
 
-    def _token_vocabularies(self):
-        return {"tokens": self._named_layers["target_embedding"].input_dim}
+    def _input_bounds(self):
+        return {"tokens": ("token id", self._named_layers["target_embedding"].input_dim)}
 
     def attention_scores(self, tokens, block=-1):
         """`[batch, heads, length, length]` self-attention probabilities of
@@ -138,10 +113,10 @@ class TranslationTransformer(SequenceTransformer):
         inputs = {tensor.name for tensor in model.inputs}
         return all(name in layers for name in needed) and inputs == {"source_tokens", "target_tokens"}
 
-    def _token_vocabularies(self):
+    def _input_bounds(self):
         return {
-            "source_tokens": self._named_layers["source_embedding"].input_dim,
-            "target_tokens": self._named_layers["target_embedding"].input_dim,
+            "source_tokens": ("token id", self._named_layers["source_embedding"].input_dim),
+            "target_tokens": ("token id", self._named_layers["target_embedding"].input_dim),
         }
 
     @property

@@ -389,3 +389,44 @@ def test_exported_saved_model_serves_the_model_outputs(attention, tmp_path):
     model.export(export_dir, format="tf_saved_model", verbose=False)
     serving = tf.saved_model.load(export_dir)  # kept alive: it owns the variables
     np.testing.assert_allclose(serving.serve(inputs), model(inputs), atol=1e-5)
+
+
+def _bad_image_inputs(name):
+    """A class-conditional image model's or a super-resolution model's
+    inputs with one bad value in input `name`, and the message's bound."""
+    from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE, image_model, super_resolution_model
+
+    pixels = np.arange(2 * np.prod(IMAGE_SHAPE)).reshape((2,) + IMAGE_SHAPE).astype("int32") % 256
+    if name == "low_resolution":
+        model = super_resolution_model()
+        inputs = {"low_resolution": np.full((2,) + LOW_SHAPE, 7, "int32"), "pixels": pixels}
+        inputs["low_resolution"][1, 0, 1, 2] = 256
+        return model, inputs, r"pixel value in `low_resolution` must lie in \[0, 255\]"
+    model = image_model("local_2d", num_classes=3)
+    inputs = {"pixels": pixels, "class_label": np.array([0, 2], "int32")}
+    if name == "pixels":
+        inputs["pixels"][0, 1, 2, 0] = -1
+        return model, inputs, r"pixel value in `pixels` must lie in \[0, 255\]. Received: values from -1"
+    inputs["class_label"][1] = 3
+    return model, inputs, r"class label in `class_label` must lie in \[0, 2\]. Received: values from 0 to 3"
+
+
+@pytest.mark.backends("tensorflow", reason="graph-mode assertions")
+@pytest.mark.parametrize("name", ["pixels", "class_label", "low_resolution"])
+def test_integer_inputs_are_checked_in_every_mode(name):
+    import tensorflow as tf
+
+    model, inputs, message = _bad_image_inputs(name)
+    with pytest.raises(ValueError, match=message):
+        model(inputs)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        tf.function(model)(inputs)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        model.predict(inputs, verbose=0)
+
+
+@pytest.mark.parametrize("name", ["pixels", "class_label"])
+def test_integer_inputs_are_checked_eagerly_on_every_backend(name):
+    model, inputs, message = _bad_image_inputs(name)
+    with pytest.raises(ValueError, match=message):
+        model(inputs)
