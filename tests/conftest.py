@@ -9,10 +9,9 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Each test starts in float32 with fixed seeds and, on TensorFlow,
-    leaves no Keras global state behind (which otherwise grows over the
-    suite and slows later tests' tracing: tests/generation and tests/models
+    leaves no Keras global state behind (tests/generation and tests/models
     ran in 290 s instead of 330 s with it cleared; on PyTorch clearing it
-    slows the run instead). No `gc.collect` each time."""
+    slowed the run). No `gc.collect` each time."""
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(0)
     yield
