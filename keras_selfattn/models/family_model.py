@@ -89,6 +89,10 @@ class FamilyModel(keras.Model):
         compiling the model."""
         return super().call(self._checked_inputs(inputs), training=training, mask=mask, **kwargs)
 
+    # The argument that turns a family's checks off, named when XLA would drop
+    # them (they then raise); None: under XLA the family runs unchecked.
+    _check_switch = None
+
     def _input_bounds(self):
         """`{input name: (what, size)}`: every value of the input must lie in
         `[0, size)`; a family class says which."""
@@ -108,7 +112,10 @@ class FamilyModel(keras.Model):
         for name, (what, size) in bounds.items():
             if name in checked:
                 limits = [(what, None, size)]
-                checked[name] = checked_in_range(checked[name], name, limits, None, unchecked_under_xla=True)
+                checked[name] = checked_in_range(
+                    checked[name], name, limits, self._check_switch,
+                    unchecked_under_xla=self._check_switch is None,
+                )
         return checked
 
     @property

@@ -4,7 +4,7 @@
 import keras
 from keras import ops
 
-from keras_selfattn.layers.argument_checks import check_positive_int, checked_in_range
+from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.relational_attention import RelationalAttention
 from keras_selfattn.models.config import (
     check_divisible_width,
@@ -167,19 +167,15 @@ class GraphTransformer(FamilyModel):
         """Whether token and relation ids are checked (`check_inputs`)."""
         return self._named_layers["encoder_block_0_attention"].check_relations
 
-    def call(self, inputs, training=None, mask=None, **kwargs):
-        if isinstance(inputs, dict) and "token_ids" in inputs:
-            inputs = dict(inputs, token_ids=self._checked_token_ids(inputs["token_ids"]))
-        return super().call(inputs, training=training, mask=mask, **kwargs)
-
     def attention_scores(self, token_ids, relations, block=-1):
         """`[batch, heads, nodes, nodes]` attention probabilities of encoder
         block `block` (an index, negative counting from the last)."""
-        token_ids = self._checked_token_ids(token_ids)
+        token_ids = self._checked_inputs({"token_ids": token_ids})["token_ids"]
         return encode_graph(self._named_layers, token_ids, relations, scores_of_block=block)
 
-    def _checked_token_ids(self, token_ids):
+    _check_switch = "check_inputs"
+
+    def _input_bounds(self):
         if not self.checks_inputs:
-            return token_ids
-        limits = [("token id", None, self.vocabulary_size)]
-        return checked_in_range(token_ids, "token_ids", limits, "check_inputs")
+            return {}
+        return {"token_ids": ("token id", self.vocabulary_size)}
