@@ -52,7 +52,7 @@ from keras_selfattn.models import (  # noqa: E402
     NegativeLogLikelihoodPerToken,
     music_transformer,
 )
-from keras_selfattn.models.sequence_models import MusicTransformer  # noqa: E402
+from keras_selfattn.models import MusicTransformer  # noqa: E402
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
 
 # The trained model is <model_dir>/music.keras and is served as "music"

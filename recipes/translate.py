@@ -49,7 +49,7 @@ from keras_selfattn.models import (
 )
 from keras_selfattn.generation import Translator
 from keras_selfattn.models.metrics import translation_scores
-from keras_selfattn.models.sequence_models import TranslationTransformer
+from keras_selfattn.models import TranslationTransformer
 from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS
 
 # The trained model is <model_dir>/translation.keras and is served as "translation"

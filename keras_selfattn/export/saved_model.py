@@ -10,7 +10,8 @@ from keras_selfattn.export.contract import check_serving_contract
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.models.graph_transformer import GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
-from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
+from keras_selfattn.models.music_transformer import MusicTransformer
+from keras_selfattn.models.translation import TranslationTransformer
 
 DEFAULT_MAX_LENGTH = {"sequence": 2048, "translation": 256}
 

@@ -50,7 +50,7 @@ def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alp
     padded_decode = batch_size is not None  # static shapes, as XLA needs
     if batch_size is None:
         batch_size = tf.shape(encoder_outputs)[0]
-    caches = model.initial_caches(batch_size, max_length)
+    caches = model.initial_cache(batch_size, max_length)
     cache_shapes = [tuple(cache.shape[1:]) for cache in caches]
     compute_dtype = caches[0].dtype
     source_length = encoder_outputs.shape[1] or tf.shape(encoder_outputs)[1]
@@ -68,7 +68,7 @@ def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alp
             for flat, shape in zip(state["caches"], cache_shapes)
         ]
         encoded = tf.reshape(state["encoder_outputs"], (rows, source_length, width))
-        logits, caches = model.call_with_cache(
+        logits, _, caches = model.call_with_cache(
             ids[:, -1:],
             caches,
             index,

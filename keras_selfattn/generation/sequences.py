@@ -11,7 +11,8 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
+from keras_selfattn.models.music_transformer import MusicTransformer
+from keras_selfattn.models.translation import TranslationTransformer
 from keras_selfattn.ops.masks import sequence_mask
 
 START_ID = 0
@@ -21,49 +22,9 @@ def continue_sequence(
     model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None,
     note_event_ids=None,
 ):
-    """Continues each primer with `max_new_tokens` tokens of a decoder-only model.
-
-    The primer fills the cache in one call; each new token is then chosen
-    from the logits of one cached step. Runs eagerly, under `tf.function`
-    (one trace per primer shape and settings, whatever the primer's
-    content), with `jit_compile=True`, and under `jax.jit`.
-
-    Args:
-        model: a `music_transformer` model, or any decoder-only model with the
-            layer names of `keras_selfattn.models.decoding`.
-        primer: int `[batch, primer_length]` tokens, `primer_length >= 1`
-            (static).
-        max_new_tokens: how many tokens to add, an int >= 1.
-        primer_length: optional int `[batch]`: each row's own primer length,
-            in `[1, primer.shape[1]]`, for primers of different lengths padded
-            to one width (the padding's values are ignored). Each row then
-            continues from its own length, and equals its primer continued
-            alone. `None`: every row's primer is the whole width.
-        temperature: softmax temperature; 0 takes the argmax (greedy).
-        top_k: sample among the `top_k` most likely tokens; 0 = all.
-        top_p: sample from the smallest set of most likely tokens whose
-            probability reaches `top_p` (after top-k); 1.0 = all.
-        seed: an int or int32 scalar tensor; the same seed on the same
-            backend gives the same tokens. `None` draws one.
-        note_event_ids: for performance events, the note-on and note-off id
-            ranges, `keras_selfattn.data.music.event_id_ranges()`: each step
-            may then release only a sounding pitch and strike only a silent
-            one (what sounds is read from the primer, then followed), the
-            other events' logits as they were. `None`: no rule.
-
-    Returns:
-        int32 `[batch, primer_length + max_new_tokens]`: the primer, then the
-        new tokens. With `primer_length`, row `i` holds its own
-        `primer_length[i]` tokens, its `max_new_tokens` new ones, then zeros.
-
-    Raises:
-        ValueError: for a model that is not a decoder-only sequence model, a
-            primer that is not `[batch, length >= 1]` or longer than the
-            model's position signal allows, `max_new_tokens < 1` or past that
-            maximum, a `primer_length` (list or numpy array) that is not
-            `[batch]` lengths in `[1, primer.shape[1]]`, sampling settings
-            out of range, or `note_event_ids` that are not two ranges of one
-            size in the vocabulary.
+    """`MusicTransformer.generate` of `model` (a `MusicTransformer`, or a
+    plain decoder-only model an earlier version saved): continues each primer
+    with `max_new_tokens` tokens; the arguments are `generate`'s.
 
     Example:
 
@@ -73,9 +34,18 @@ def continue_sequence(
     >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
     (1, 5)
     """
+    return MusicTransformer.from_model(model).generate(
+        primer, max_new_tokens, primer_length=primer_length, temperature=temperature, top_k=top_k,
+        top_p=top_p, seed=seed, note_event_ids=note_event_ids,
+    )
+
+
+def generate_continuation(
+    model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_event_ids
+):
+    """The body of `MusicTransformer.generate`."""
     if primer_length is not None:
         primer_length = _row_lengths(primer_length, primer)
-    model = MusicTransformer.from_model(model)
     note_rules = None
     if note_event_ids is not None:
         note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
@@ -141,20 +111,20 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
         primer = _zeros_past(primer, primer_length)
         start = ops.min(primer_length) - 1
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
-    caches = model.initial_caches(ops.shape(primer)[0], total_length)
+    caches = model.initial_cache(ops.shape(primer)[0], total_length)
     prefill = primer[:, :-1]
     if primer_length is not None:
         # The steps from `start` on rewrite those positions; their tokens must
         # not reach the note state, which carries its past and cannot forget.
         prefill = ops.where(ops.arange(width - 1, dtype="int32")[None, :] < start, prefill, 0)
-    _, caches = model.call_with_cache(prefill, caches, 0)
+    _, _, caches = model.call_with_cache(prefill, caches, 0)
     state = (tokens, caches)
     if note_rules is not None:
         state += (note_rules.sounding(tokens, start + 1),)
 
     def step(index, state):
         tokens, caches, *sounding = state
-        logits, caches = model.call_with_cache(_column(tokens, index), caches, index)
+        logits, _, caches = model.call_with_cache(_column(tokens, index), caches, index)
         logits = logits[:, -1]
         if note_rules is not None:
             logits = note_rules.mask_logits(logits, sounding[0])
@@ -197,7 +167,6 @@ def _row_lengths(primer_length, primer):
     return lengths.astype("int32")
 
 
-@graph_when_eager
 def translate_tokens(
     model,
     source_tokens,
@@ -212,7 +181,9 @@ def translate_tokens(
     seed=None,
     return_scores=False,
 ):
-    """Translates with a `transformer_translation` model: greedy, sampled or beam search.
+    """Translates with a `TranslationTransformer` (or a plain encoder-decoder
+    model an earlier version saved): greedy, sampled or beam search; the same
+    as its `generate`.
 
     Decoding starts from the start token 0 (the targets shifted right with
     0, as the model was trained) and stops at `eos_id`. `beam_size > 1` runs
@@ -220,13 +191,13 @@ def translate_tokens(
     best GNMT score `log P / ((5 + length) / 6) ** alpha`.
 
     Args:
-        model: a `transformer_translation` model.
+        model: a `TranslationTransformer`.
         source_tokens: int `[batch, source_length]`, 0 = padding.
         max_length: the most target tokens to generate, an int >= 1.
         beam_size: 1 decodes token by token (greedy or sampled); more runs
             beam search.
         alpha: beam search's length penalty exponent, >= 0.
-        eos_id: the end-of-sequence token, in `[1, vocab_size)`.
+        eos_id: the end-of-sequence token, in `[1, vocabulary_size)`.
         temperature: softmax temperature; 0 takes the argmax (greedy). Beam
             search takes no sampling settings.
         top_k: sample among the `top_k` most likely tokens; 0 = all.
@@ -253,14 +224,25 @@ def translate_tokens(
     >>> tuple(translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape)
     (1, 4)
     """
-    model = TranslationTransformer.from_model(model)
+    return TranslationTransformer.from_model(model).generate(
+        source_tokens, max_length, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
+    )
+
+
+@graph_when_eager
+def generate_translation(
+    model, source_tokens, max_length, *, beam_size, alpha, eos_id, temperature, top_k, top_p, seed,
+    return_scores,
+):
+    """The body of `TranslationTransformer.generate`."""
     check_sampling_arguments(temperature, top_k, top_p)
     source_tokens = _int_tokens("source_tokens", source_tokens, static_length=False)
     _check_count("max_length", max_length, model.max_length)
-    vocab_size = model.vocabulary_size
-    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocab_size:
+    vocabulary_size = model.vocabulary_size
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocabulary_size:
         raise ValueError(
-            f"`eos_id` must be an integer in [1, {vocab_size}) (0 is padding and the start "
+            f"`eos_id` must be an integer in [1, {vocabulary_size}) (0 is padding and the start "
             f"token). Received: eos_id={eos_id!r}"
         )
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -279,13 +261,13 @@ def translate_tokens(
     tokens = ops.full((batch_size, max_length + 1), START_ID, dtype="int32")
     finished = ops.zeros((batch_size,), dtype="bool")
     log_probability = ops.zeros((batch_size,), dtype="float32")
-    caches = model.initial_caches(batch_size, max_length)
+    caches = model.initial_cache(batch_size, max_length)
 
     def unfinished(index, tokens, finished, log_probability, caches):
         return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
 
     def step(index, tokens, finished, log_probability, caches):
-        logits, caches = model.call_with_cache(
+        logits, _, caches = model.call_with_cache(
             _column(tokens, index), caches, index, encoder_outputs, padding_mask
         )
         chosen = choose_tokens(logits[:, -1], seed, index, temperature, top_k, top_p)

@@ -1,11 +1,5 @@
 """Model builders, presets and training pieces."""
 
-from keras_selfattn.models.decoding import (
-    decoder_logits,
-    encode,
-    initial_caches,
-    layers_by_name,
-)
 from keras_selfattn.models.graph_transformer import (
     GRAPH_PRESETS,
     GraphTransformer,
@@ -23,12 +17,15 @@ from keras_selfattn.models.losses import (
     MaskedSparseCategoricalCrossentropy,
 )
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
-from keras_selfattn.models.music_transformer import MUSIC_PRESETS, music_transformer
+from keras_selfattn.models.music_transformer import MUSIC_PRESETS, MusicTransformer, music_transformer
 from keras_selfattn.models.presets import TRAINED_PRESETS, list_presets
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
-from keras_selfattn.models.sequence_models import MusicTransformer, TranslationTransformer
 from keras_selfattn.models.super_resolution import (
     SUPER_RESOLUTION_PRESETS,
     image_super_resolution,
 )
-from keras_selfattn.models.translation import TRANSLATION_PRESETS, transformer_translation
+from keras_selfattn.models.translation import (
+    TRANSLATION_PRESETS,
+    TranslationTransformer,
+    transformer_translation,
+)

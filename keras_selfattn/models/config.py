@@ -1,5 +1,7 @@
 """Preset resolution and argument checks shared by the model builders."""
 
+import warnings
+
 
 def resolve_preset(builder, presets, preset, overrides):
     """The preset's hyperparameters updated with `overrides`.
@@ -36,3 +38,20 @@ def check_divisible_width(hidden_dim, num_heads):
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
         )
+
+
+def renamed_argument(overrides, old_name, new_name, value):
+    """`value`, or the one `overrides` gives under the argument's old name
+    (popped from `overrides`, with a `DeprecationWarning`).
+
+    Raises:
+        ValueError: both names are given.
+    """
+    if old_name not in overrides:
+        return value
+    if value is not None:
+        raise ValueError(f"Pass `{new_name}` only; `{old_name}` is its old name.")
+    warnings.warn(
+        f"`{old_name}` is deprecated; pass `{new_name}`.", DeprecationWarning, stacklevel=3
+    )
+    return overrides.pop(old_name)

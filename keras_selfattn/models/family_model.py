@@ -1,58 +1,123 @@
-"""What the model class of every family shares: its layers by name, and the
-view of a plain Functional model of an earlier version as the class."""
+"""What the model class of every family shares: construction from
+hyperparameters (`get_config` returns them), presets, the integer input
+checks, and loading models saved by earlier versions."""
 
 import functools
+import tempfile
 import weakref
+from pathlib import Path
 
 import keras
 
 from keras_selfattn.layers.argument_checks import checked_in_range
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
+from keras_selfattn.models.decoding import layers_by_name
 
 _VIEWS = weakref.WeakKeyDictionary()
 
+# The keys of a Functional model's config: a file saved when the family
+# classes were Functional models assembled by builder functions.
+_FUNCTIONAL_CONFIG_KEYS = ("layers", "input_layers", "output_layers")
+
+
+class classproperty:
+    """A read-only property of the class (`MusicTransformer.presets`)."""
+
+    def __init__(self, getter):
+        self.getter = getter
+
+    def __get__(self, instance, owner):
+        return self.getter(owner)
+
 
 class FamilyModel(keras.Model):
-    """A Functional model built by one of the package's builders."""
+    """A Functional model of one family, constructed from its hyperparameters.
+
+    A family class sets its layers as attributes, builds its graph, and calls
+    `super().__init__(inputs, outputs, hyperparameters=..., **kwargs)`;
+    `get_config()` returns those hyperparameters (plus `name` and
+    `trainable`), and `from_config(get_config())` rebuilds the model.
+    """
 
     # The family's builders, named in errors.
     builder_name = None
     # The family's name in `keras_selfattn.models.list_presets()`.
     family = None
+    # `{name: (description, hyperparameters)}` of the family's untrained
+    # architectures; a family class sets it.
+    architecture_presets = {}
+
+    # Whether the family is built from hyperparameters (every family will
+    # be; until then, a Functional model assembled by its builder).
+    _constructed = False
+
+    def __init__(self, *args, hyperparameters=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hyperparameters = dict(hyperparameters or {})
+
+    def get_config(self):
+        if not self._hyperparameters:
+            return super().get_config()
+        return {"name": self.name, "trainable": self.trainable, **self._hyperparameters}
 
     @classmethod
-    def from_preset(cls, preset, load_weights=True):
-        """A trained model that ships with the package, e.g.
-        `MusicTransformer.from_preset("maestro_small")`.
+    def from_config(cls, config, custom_objects=None):
+        if not cls._constructed:
+            return super().from_config(config, custom_objects=custom_objects)
+        if all(key in config for key in _FUNCTIONAL_CONFIG_KEYS):
+            plain = keras.Model.from_config(config, custom_objects=custom_objects)
+            return cls(**cls._saved_arguments(plain), name=plain.name)
+        return cls(**config)
 
-        The weights file's sha256 is checked before it is loaded. The
-        returned model carries `generation_settings`: the decoding chosen for
-        it on validation data, as keyword arguments of the family's
-        generation function.
+    @classmethod
+    def _saved_arguments(cls, model):
+        """The constructor arguments of `model`, a plain Functional model with
+        this family's layer names (how earlier versions saved it); a family
+        class says how to read them."""
+        raise NotImplementedError
+
+    @classproperty
+    def presets(cls):
+        """`{name: {"description", "weights", "hyperparameters"}}`: every
+        preset of this family; `weights` says whether trained weights ship."""
+        from keras_selfattn.models import presets
+
+        return presets.family_presets(cls.family)
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **overrides):
+        """A model of preset `preset`: e.g.
+        `MusicTransformer.from_preset("maestro_small")` (trained weights that
+        ship with the package, their sha256 checked before loading) or
+        `MusicTransformer.from_preset("tiny", vocabulary_size=40)` (an
+        untrained architecture, the hyperparameters it lacks given here).
+
+        A model with trained weights carries `generation_settings`: the
+        decoding chosen for it on validation data, as keyword arguments of
+        `generate`.
 
         Args:
-            preset: a name from `list_presets()` with `weights` True and this
-                class's family.
-            load_weights: False builds the architecture untrained.
+            preset: a name in `cls.presets`.
+            load_weights: False builds a trained preset's architecture untrained.
+            **overrides: constructor arguments replacing the preset's; with
+                trained weights, only `dropout`.
 
         Raises:
-            ValueError: an unknown preset, or a weights file that is missing
-                or whose sha256 differs.
+            ValueError: an unknown preset or hyperparameter, an override that
+                would change a trained preset's architecture, or a weights
+                file that is missing or whose sha256 differs.
         """
         from keras_selfattn.models import presets
 
-        spec = presets.trained_preset(preset, cls.family)
-        model = presets.build_untrained(spec)
-        if load_weights:
-            model.load_weights(presets.verified_weights_path(spec))
-        model.generation_settings = dict(spec.generation)
-        return model
+        return presets.build_preset(cls, preset, load_weights, overrides)
 
     @classmethod
     def from_model(cls, model):
         """`model` as this class: itself, or a plain Functional model with
-        the builder's layer names (one saved before the class existed)
-        viewed as this class, sharing its layers. `ValueError` otherwise."""
+        this family's layer names (one saved before the class existed)
+        rebuilt as this class with its weights. `ValueError` otherwise.
+
+        Convert a plain model once and keep the result: each call rebuilds it.
+        """
         if isinstance(model, cls):
             return model
         if not isinstance(model, keras.Model) or not cls._has_layout(model):
@@ -61,6 +126,8 @@ class FamilyModel(keras.Model):
                 f"`model` must be a Keras model built by {cls.builder_name}. "
                 f"Received: model {name!r}"
             )
+        if cls._constructed:
+            return _rebuilt(cls._view_class(model), model)
         if model not in _VIEWS:
             _VIEWS[model] = cls._view_class(model)(model.input, model.output, name=model.name)
         return _VIEWS[model]
@@ -73,7 +140,7 @@ class FamilyModel(keras.Model):
 
     @classmethod
     def _view_class(cls, model):
-        """The class a plain model of this family is viewed as."""
+        """The class a plain model of this family becomes."""
         return cls
 
     @functools.cached_property
@@ -118,10 +185,6 @@ class FamilyModel(keras.Model):
                 )
         return checked
 
-    @property
-    def decoder_blocks(self):
-        return numbered_layers(self._named_layers, "decoder_block_")
-
     def _run_to_block(self, x, block, **encoded):
         """`(decoder block `block`, its input)` for the first block's input
         `x`; `block` is an index, negative counting from the last."""
@@ -131,3 +194,15 @@ class FamilyModel(keras.Model):
             if candidate is target:
                 return target, x
             x = candidate(x, **encoded)
+
+
+def _rebuilt(model_class, model):
+    """`model_class` with the hyperparameters and weights of the plain model
+    `model` (the weights file keys each layer by its name, which the
+    constructor keeps)."""
+    rebuilt = model_class(**model_class._saved_arguments(model), name=model.name)
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "weights.weights.h5")
+        model.save_weights(path)
+        rebuilt.load_weights(path)
+    return rebuilt

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 from keras import ops
 
-from keras_selfattn.models.decoding import initial_caches, numbered_layers
+from keras_selfattn.models.decoding import numbered_layers
 from keras_selfattn.models.image_common import (
     coded_values,
     differences_from,
@@ -45,7 +45,10 @@ def _generation_order(image_shape, head, query_shape):
 def initial_image_caches(layers, batch_size, image_shape, config):
     """Zero self-attention caches, one per decoder block, for a whole image."""
     rows, columns = position_grid(image_shape, config["head"])
-    return initial_caches(layers, batch_size, rows * columns)
+    return [
+        block.self_attention.initial_cache(batch_size, rows * columns)
+        for block in numbered_layers(layers, "decoder_block_")
+    ]
 
 
 def image_decoder_step(

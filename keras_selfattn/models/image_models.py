@@ -16,7 +16,7 @@ import keras
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
-from keras_selfattn.models.decoding import layers_by_name
+from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.family_model import FamilyModel
 from keras_selfattn.models.image_common import NUM_DIFFERENCES, NUM_VALUES, coded_values, decoder_inputs
 from keras_selfattn.models.image_decoding import (
@@ -49,6 +49,10 @@ class ImageTransformer(FamilyModel):
     @classmethod
     def _view_class(cls, model):
         return SuperResolutionTransformer if "low_resolution" in _input_shapes(model) else cls
+
+    @property
+    def decoder_blocks(self):
+        return numbered_layers(self._named_layers, "decoder_block_")
 
     @property
     def image_shape(self):

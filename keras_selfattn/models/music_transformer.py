@@ -12,10 +12,11 @@ from keras_selfattn.models.config import (
     check_choice,
     check_divisible_width,
     check_vocabulary_size,
+    renamed_argument,
     resolve_preset,
 )
-from keras_selfattn.models.decoding import decoder_logits, output_layer
-from keras_selfattn.models.sequence_models import MusicTransformer
+from keras_selfattn.models.decoding import layers_by_name, numbered_layers
+from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
 from keras_selfattn.ops.note_state import note_id_ranges
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute")
@@ -45,62 +46,220 @@ MUSIC_PRESETS = {
 }
 
 
-def music_transformer(vocab_size, preset="maestro", note_event_ids=None, **overrides):
-    """Builds the decoder-only Music Transformer as a Functional model.
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class MusicTransformer(SequenceTransformer):
+    """A decoder-only Transformer over event tokens: the Music Transformer.
 
-    Input `tokens` `[batch, length]` (int32 event ids; the model predicts
-    token `t + 1` from tokens `<= t`), output float32 logits
-    `[batch, length, vocab_size]`.
+    Input `tokens [batch, length]` (int32 event ids; the model predicts token
+    `t + 1` from tokens `<= t`), output float32 logits `[batch, length,
+    vocabulary_size]`.
 
     Args:
-        vocab_size: number of event ids (>= 2), e.g. 388 performance events
-            plus reserved ids.
-        preset: `"maestro"` (Magenta's MAESTRO configuration), `"small"` or
-            `"tiny"`.
+        vocabulary_size: number of event ids (>= 2), e.g. 388 performance
+            events plus reserved ids.
+        num_layers: decoder blocks.
+        hidden_dim: width of the model.
+        num_heads: attention heads.
+        key_dim: width of each head's queries, keys and values.
+        feedforward_dim: width of each block's feedforward layer.
+        dropout: dropout rate of attention and residual branches.
+        attention: `"relative_global"` (skew relative attention over the
+            whole sequence), `"relative_local"` (relative attention in local
+            blocks of `block_length`) or `"absolute"` (plain attention).
+        max_relative_position: the farthest distance with its own relative
+            embedding.
+        block_length: the local block of `"relative_local"`.
+        timing_signal: add the sinusoidal absolute position signal (always
+            on for `"absolute"`).
         note_event_ids: `None`, or the vocabulary's note-on and note-off id
             ranges (`keras_selfattn.data.music.event_id_ranges()`): then
             every event also sees which pitches sound after it and for how
-            many events (`NoteStateEmbedding`, added to the token
-            embedding), which attention over short crops does not learn to
-            find for old notes.
-        **overrides: hyperparameters replacing the preset's: `attention`
-            (`"relative_global"`: skew relative attention over the whole
-            sequence; `"relative_local"`: relative attention in local blocks
-            of `block_length`; `"absolute"`: plain attention), `num_layers`,
-            `hidden_dim`, `num_heads`, `key_dim`, `feedforward_dim`,
-            `dropout`, `max_relative_position`, `block_length`,
-            `timing_signal` (add the sinusoidal absolute signal; always on for
-            `"absolute"`).
+            many events (`NoteStateEmbedding`, added to the token embedding),
+            which attention over short crops does not learn to find for old
+            notes.
+        **kwargs: `name` and the other arguments of `keras.Model`.
 
-    Returns:
-        A `MusicTransformer`, whose methods give its cached step
-        (`call_with_cache`, `initial_caches`) and attention weights.
+    Example:
+
+    >>> model = MusicTransformer.from_preset("tiny", vocabulary_size=20, num_layers=1)
+    >>> tuple(model.generate([[3, 4]], 3, seed=1).shape)
+    (1, 5)
+
+    References:
+        Huang et al. 2019, https://arxiv.org/abs/1809.04281
     """
-    check_vocabulary_size("vocab_size", vocab_size)
+
+    builder_name = "music_transformer"
+    family = "music"
+    _constructed = True
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        key_dim,
+        feedforward_dim,
+        dropout=0.0,
+        attention="relative_global",
+        max_relative_position=128,
+        block_length=64,
+        timing_signal=True,
+        note_event_ids=None,
+        **kwargs,
+    ):
+        hyperparameters = dict(
+            vocabulary_size=vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim,
+            num_heads=num_heads, key_dim=key_dim, feedforward_dim=feedforward_dim, dropout=dropout,
+            attention=attention, max_relative_position=max_relative_position,
+            block_length=block_length, timing_signal=timing_signal, note_event_ids=note_event_ids,
+        )
+        _check_hyperparameters(hyperparameters)
+        self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
+        self.note_state = None
+        if note_event_ids is not None:
+            note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocabulary_size)
+            self.note_state = NoteStateEmbedding(
+                note_on_id, note_off_id, num_pitches, hidden_dim, name="note_state"
+            )
+        self.target_position = None
+        if timing_signal or attention == "absolute":
+            self.target_position = SinusoidalPositionEncoding(name="target_position")
+        self.decoder_blocks = [
+            TransformerDecoderBlock(
+                _self_attention(hyperparameters),
+                feedforward_dim=feedforward_dim,
+                dropout=dropout,
+                norm_first=True,
+                name=f"decoder_block_{index}",
+            )
+            for index in range(num_layers)
+        ]
+        self.decoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
+        self.output_projection = output_projection(vocabulary_size)
+
+        tokens = keras.Input((None,), dtype="int32", name="tokens")
+        logits, _, _ = self._decode(tokens)
+        kwargs.setdefault("name", "music_transformer")
+        super().__init__(tokens, logits, hyperparameters=hyperparameters, **kwargs)
+        self.vocabulary_size = vocabulary_size
+
+    def _input_bounds(self):
+        return {"tokens": ("token id", self.vocabulary_size)}
+
+    def attention_scores(self, token_ids, block=-1):
+        """`[batch, heads, length, length]` self-attention probabilities of
+        decoder block `block` for `token_ids [batch, length]`."""
+        return self._decoder_block_scores(token_ids, block)["self"]
+
+    def generate(
+        self, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0,
+        seed=None, note_event_ids=None,
+    ):
+        """Continues each primer with `max_new_tokens` tokens.
+
+        The primer fills the cache in one call; each new token is then chosen
+        from the logits of one cached step. Runs eagerly, under `tf.function`
+        (one trace per primer shape and settings, whatever the primer's
+        content), with `jit_compile=True`, and under `jax.jit`.
+
+        Args:
+            primer: int `[batch, primer_length]` tokens, `primer_length >= 1`
+                (static).
+            max_new_tokens: how many tokens to add, an int >= 1.
+            primer_length: optional int `[batch]`: each row's own primer
+                length, in `[1, primer.shape[1]]`, for primers of different
+                lengths padded to one width (the padding's values are
+                ignored). Each row then continues from its own length, and
+                equals its primer continued alone. `None`: every row's primer
+                is the whole width.
+            temperature: softmax temperature; 0 takes the argmax (greedy).
+            top_k: sample among the `top_k` most likely tokens; 0 = all.
+            top_p: sample from the smallest set of most likely tokens whose
+                probability reaches `top_p` (after top-k); 1.0 = all.
+            seed: an int or int32 scalar tensor; the same seed on the same
+                backend gives the same tokens. `None` draws one.
+            note_event_ids: for performance events, the note-on and note-off
+                id ranges, `keras_selfattn.data.music.event_id_ranges()`:
+                each step may then release only a sounding pitch and strike
+                only a silent one (what sounds is read from the primer, then
+                followed), the other events' logits as they were. `None`: no
+                rule.
+
+        Returns:
+            int32 `[batch, primer_length + max_new_tokens]`: the primer, then
+            the new tokens. With `primer_length`, row `i` holds its own
+            `primer_length[i]` tokens, its `max_new_tokens` new ones, then
+            zeros.
+
+        Raises:
+            ValueError: for a primer that is not `[batch, length >= 1]` or
+                longer than the model's position signal allows,
+                `max_new_tokens < 1` or past that maximum, a `primer_length`
+                (list or numpy array) that is not `[batch]` lengths in `[1,
+                primer.shape[1]]`, sampling settings out of range, or
+                `note_event_ids` that are not two ranges of one size in the
+                vocabulary.
+        """
+        from keras_selfattn.generation.sequences import generate_continuation
+
+        return generate_continuation(
+            self, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed, note_event_ids=note_event_ids,
+        )
+
+    @classmethod
+    def _has_layout(cls, model):
+        layers = layers_by_name(model)
+        return all(name in layers for name in ("target_embedding", "decoder_block_0", "logits")) and not (
+            "source_embedding" in layers or "pixel_embedding" in layers or len(model.inputs) != 1
+        )
+
+    @classmethod
+    def _saved_arguments(cls, model):
+        layers = layers_by_name(model)
+        embedding = layers["target_embedding"]
+        blocks = numbered_layers(layers, "decoder_block_")
+        attention = blocks[0].self_attention
+        kind = {
+            RelativeMultiHeadAttention: "relative_global",
+            LocalRelativeAttention1D: "relative_local",
+        }.get(type(attention), "absolute")
+        note_state = layers.get("note_state")
+        note_event_ids = None
+        if note_state is not None:
+            last = note_state.num_pitches - 1
+            note_event_ids = {
+                "note_on": (note_state.note_on_id, note_state.note_on_id + last),
+                "note_off": (note_state.note_off_id, note_state.note_off_id + last),
+            }
+        defaults = MUSIC_PRESETS["tiny"]
+        return dict(
+            vocabulary_size=embedding.input_dim, num_layers=len(blocks), hidden_dim=embedding.output_dim,
+            num_heads=attention.num_heads, key_dim=attention.key_dim,
+            feedforward_dim=blocks[0].feedforward_dim, dropout=blocks[0].dropout, attention=kind,
+            max_relative_position=getattr(attention, "max_relative_position", defaults["max_relative_position"]),
+            block_length=getattr(attention, "block_length", defaults["block_length"]),
+            timing_signal="target_position" in layers, note_event_ids=note_event_ids,
+        )
+
+
+def music_transformer(vocabulary_size=None, preset="maestro", note_event_ids=None, **overrides):
+    """A `MusicTransformer` of architecture preset `preset` (`"maestro"`,
+    Magenta's MAESTRO configuration, `"small"` or `"tiny"`), its
+    hyperparameters replaced by `overrides` (the constructor's arguments).
+    `vocab_size=` is the old name of `vocabulary_size`."""
+    vocabulary_size = renamed_argument(overrides, "vocab_size", "vocabulary_size", vocabulary_size)
     config = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
+    return MusicTransformer(vocabulary_size=vocabulary_size, note_event_ids=note_event_ids, **config)
+
+
+def _check_hyperparameters(config):
+    check_vocabulary_size("vocabulary_size", config["vocabulary_size"])
     check_choice("attention", config["attention"], ATTENTIONS)
     check_divisible_width(config["hidden_dim"], config["num_heads"])
     _check_local_distances(config)
-    layers = {"target_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="target_embedding")}
-    if note_event_ids is not None:
-        note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocab_size)
-        layers["note_state"] = NoteStateEmbedding(
-            note_on_id, note_off_id, num_pitches, config["hidden_dim"], name="note_state"
-        )
-    if config["timing_signal"] or config["attention"] == "absolute":
-        layers["target_position"] = SinusoidalPositionEncoding(name="target_position")
-    for index in range(config["num_layers"]):
-        layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
-            _self_attention(config),
-            feedforward_dim=config["feedforward_dim"],
-            dropout=config["dropout"],
-            norm_first=True,
-            name=f"decoder_block_{index}",
-        )
-    layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-    layers["logits"] = output_layer(vocab_size)
-    tokens = keras.Input((None,), dtype="int32", name="tokens")
-    return MusicTransformer(tokens, decoder_logits(layers, tokens), name="music_transformer")
 
 
 def _self_attention(config):

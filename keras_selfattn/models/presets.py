@@ -8,6 +8,7 @@ Example:
 """
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class TrainedPreset:
         name: what `from_preset` takes.
         family: the model class's family (`"music"`).
         description: one line for `list_presets()`.
-        builder_arguments: the builder's keyword arguments for the architecture.
+        hyperparameters: the model class's constructor arguments.
         weights_file: file name under `keras_selfattn/models/weights/`.
         sha256: of the weights file; checked before the weights are loaded.
         card: the model card, relative to the repository root.
@@ -44,7 +45,7 @@ class TrainedPreset:
     name: str
     family: str
     description: str
-    builder_arguments: dict
+    hyperparameters: dict
     weights_file: str
     sha256: str
     card: str
@@ -63,9 +64,10 @@ TRAINED_PRESETS = {
             "Music Transformer, 4 layers of width 128, relative attention (skew) and the note "
             "state, trained on 6 MAESTRO piano performances (CC BY-NC-SA 4.0)"
         ),
-        builder_arguments=dict(
-            vocab_size=310, preset="small", attention="relative_global", max_relative_position=128,
-            timing_signal=False, note_event_ids=MAESTRO_EVENT_IDS,
+        hyperparameters=dict(
+            vocabulary_size=310, num_layers=4, hidden_dim=128, num_heads=4, key_dim=32,
+            feedforward_dim=512, dropout=0.1, attention="relative_global", max_relative_position=128,
+            block_length=64, timing_signal=False, note_event_ids=MAESTRO_EVENT_IDS,
         ),
         weights_file="maestro_small.weights.h5",
         sha256="f3d02551ce2ac14683264cac8bc634132abb69981abaf16521c074736fb86e6a",
@@ -98,8 +100,9 @@ def list_presets():
     Returns:
         A list of dicts: `name`, `family`, `weights` (whether trained weights
         ship: load those with `<ModelClass>.from_preset(name)`; the others
-        are architectures, built untrained by the family's builder
-        `preset=` argument), `builder` and `description`.
+        are architectures, built untrained by `from_preset` with the
+        hyperparameters they lack, or the family's builder), `builder` and
+        `description`.
     """
     presets = [
         _listed(p.name, p.family, True, "from_preset", p.description) for p in TRAINED_PRESETS.values()
@@ -116,29 +119,65 @@ def _listed(name, family, weights, builder, description):
     return {"name": name, "family": family, "weights": weights, "builder": builder, "description": description}
 
 
-def trained_preset(name, family):
-    """The `TrainedPreset` called `name` of `family`; `ValueError` naming the
-    valid names otherwise."""
-    preset = TRAINED_PRESETS.get(name)
-    if preset is None or preset.family != family:
-        valid = sorted(p.name for p in TRAINED_PRESETS.values() if p.family == family)
-        untrained = [p["builder"] for p in list_presets() if p["name"] == name and p["family"] == family]
-        hint = (
-            f" ({name!r} is an untrained architecture: use {untrained[0]}(..., preset={name!r}))"
-            if untrained else ""
-        )
+def family_presets(family):
+    """`{name: {"description", "weights", "hyperparameters"}}` of `family`'s
+    presets, trained ones first (`hyperparameters`: what the preset sets)."""
+    presets = {
+        p.name: {"description": p.description, "weights": True, "hyperparameters": dict(p.hyperparameters)}
+        for p in TRAINED_PRESETS.values()
+        if p.family == family
+    }
+    for name, architecture in _family_architectures(family)[1].items():
+        presets[name] = {
+            "description": "untrained architecture", "weights": False, "hyperparameters": dict(architecture),
+        }
+    return presets
+
+
+def build_preset(model_class, name, load_weights, overrides):
+    """`model_class.from_preset(name, load_weights, **overrides)`."""
+    trained = TRAINED_PRESETS.get(name)
+    if trained is not None and trained.family == model_class.family:
+        return _trained_model(model_class, trained, load_weights, overrides)
+    builder, architectures = _family_architectures(model_class.family)
+    if name not in architectures:
         raise ValueError(
-            f"`preset` must be one of {valid} for this model class{hint}. Received: preset={name!r}"
+            f"`preset` must be one of {sorted(model_class.presets)} for {model_class.__name__}. "
+            f"Received: preset={name!r}"
         )
-    return preset
-
-
-def build_untrained(preset):
-    """`preset`'s architecture, untrained, from its family's builder."""
-    builders = {family: builder for family, builder, _ in _architecture_presets()}
+    if model_class._constructed:
+        unknown = sorted(set(overrides) - set(inspect.signature(model_class).parameters))
+        if unknown:
+            raise ValueError(
+                f"Unknown arguments {unknown} for {model_class.__name__}.from_preset({name!r}); "
+                f"valid ones: the constructor's, {sorted(inspect.signature(model_class).parameters)}"
+            )
+        return model_class(**{**architectures[name], **overrides})
     from keras_selfattn import models
 
-    return getattr(models, builders[preset.family])(**preset.builder_arguments)
+    return getattr(models, builder)(preset=name, **overrides)
+
+
+def _trained_model(model_class, preset, load_weights, overrides):
+    changed = sorted(set(overrides) - {"dropout", "name"})
+    if changed and load_weights:
+        raise ValueError(
+            f"{changed} would change the architecture of the trained preset {preset.name!r}; "
+            "only `dropout` may be set (or pass `load_weights=False`)."
+        )
+    model = model_class(**{**preset.hyperparameters, **overrides})
+    if load_weights:
+        model.load_weights(verified_weights_path(preset))
+    model.generation_settings = dict(preset.generation)
+    return model
+
+
+def _family_architectures(family):
+    """`(builder name, architecture presets)` of `family`."""
+    for candidate, builder, architectures in _architecture_presets():
+        if candidate == family:
+            return builder, architectures
+    raise ValueError(f"Unknown model family {family!r}")
 
 
 def verified_weights_path(preset):

@@ -3,9 +3,8 @@ import numpy as np
 import pytest
 
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens
-from keras_selfattn.layers import PositionEmbedding, TransformerDecoderBlock
-from keras_selfattn.layers import MultiHeadAttention
-from keras_selfattn.models.decoding import decoder_logits, output_layer
+from keras_selfattn.layers import PositionEmbedding
+from keras_selfattn.models import MusicTransformer
 from tests.generation.generation_models import (
     IMAGE_SHAPE,
     image_model,
@@ -19,19 +18,14 @@ SOURCE = np.array([[4, 5, 6]], "int32")
 
 
 def _positional_decoder(sequence_length=8):
-    """A decoder-only model with the layer names of `models.decoding` and a
-    learned position table of `sequence_length` rows."""
-    layers = {
-        "target_embedding": keras.layers.Embedding(10, 8, name="target_embedding"),
-        "target_position": PositionEmbedding(sequence_length, name="target_position"),
-        "decoder_block_0": TransformerDecoderBlock(MultiHeadAttention(2, 4), 16, name="decoder_block_0"),
-        "logits": output_layer(10),
-    }
-    tokens = keras.Input((None,), dtype="int32", name="tokens")
-    return keras.Model(tokens, decoder_logits(layers, tokens))
+    """A music model whose position signal is a learned table of
+    `sequence_length` rows."""
+    model = MusicTransformer(10, num_layers=1, hidden_dim=8, num_heads=2, key_dim=4, feedforward_dim=16)
+    model.target_position = PositionEmbedding(sequence_length, name="target_position")
+    return model
 
 
-def test_a_decoder_following_the_layer_names_generates_within_its_length():
+def test_a_decoder_with_a_position_table_generates_within_its_length():
     model = _positional_decoder()
     assert continue_sequence(model, PRIMER, 5, seed=0).shape == (1, 8)
     with pytest.raises(ValueError, match=r"`max_new_tokens` must be <= 5.*Received: max_new_tokens=6"):

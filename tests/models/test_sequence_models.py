@@ -4,7 +4,6 @@ import pytest
 from keras import ops
 
 from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
-from keras_selfattn.models.decoding import layers_by_name
 from keras_selfattn.models.music_transformer import music_transformer
 from keras_selfattn.models.translation import transformer_translation
 
@@ -13,14 +12,15 @@ RNG = np.random.default_rng(5)
 
 def _cached_logits(model, tokens, encoder=None):
     """The model's logits from a loop of its own cached steps."""
-    caches = model.initial_caches(tokens.shape[0], tokens.shape[1])
+    cache = model.initial_cache(tokens.shape[0], tokens.shape[1])
     cross = {}
     if encoder is not None:
         outputs, mask = model.encode(encoder)
         cross = dict(encoder_outputs=outputs, encoder_padding_mask=mask)
     steps = []
     for t in range(tokens.shape[1]):
-        logits, caches = model.call_with_cache(tokens[:, t : t + 1], caches, t, **cross)
+        logits, hidden, cache = model.call_with_cache(tokens[:, t : t + 1], cache, t, **cross)
+        assert tuple(hidden.shape) == tuple(logits.shape[:2]) + (model.get_config()["hidden_dim"],)
         steps.append(ops.convert_to_numpy(logits))
     return np.concatenate(steps, axis=1)
 
@@ -77,7 +77,7 @@ def test_music_note_state_reaches_the_logits_and_survives_a_save(tmp_path):
     model.save(tmp_path / "music.keras")
     loaded = keras.saving.load_model(tmp_path / "music.keras")
     np.testing.assert_allclose(np.asarray(loaded(released)), after, atol=1e-6)
-    assert len(loaded.initial_caches(1, 4)) == 3  # two blocks, then the note state
+    assert len(loaded.initial_cache(1, 4)) == 3  # two blocks, then the note state
 
 
 @pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
@@ -149,13 +149,12 @@ def test_translation_output_projection_is_the_target_embedding():
 
 def test_joint_vocabulary_is_one_matrix_for_source_target_and_logits(tmp_path):
     model = transformer_translation(20, 20, preset="tiny", share_embeddings=True)
-    layers = layers_by_name(model)
-    assert layers["target_embedding"] is layers["source_embedding"] is layers["logits"].embedding
+    assert model.target_embedding is model.source_embedding is model.output_projection.embedding
     assert sum("embeddings" in weight.path for weight in model.weights) == 1
     path = str(tmp_path / "joint.keras")
     model.save(path)
-    restored = layers_by_name(keras.models.load_model(path))
-    assert restored["target_embedding"] is restored["source_embedding"] is restored["logits"].embedding
+    restored = keras.models.load_model(path)
+    assert restored.target_embedding is restored.source_embedding is restored.output_projection.embedding
 
 
 def test_translation_embeddings_start_at_the_papers_scale():
@@ -174,9 +173,9 @@ class TestBadInput:
             music_transformer(10, preset="tiny", attention="global")
 
     def test_vocabulary_below_two(self):
-        with pytest.raises(ValueError, match="`target_vocab_size` must be an integer >= 2"):
+        with pytest.raises(ValueError, match="`target_vocabulary_size` must be an integer >= 2"):
             transformer_translation(10, 1, preset="tiny")
-        with pytest.raises(ValueError, match="`vocab_size` must be an integer >= 2"):
+        with pytest.raises(ValueError, match="`vocabulary_size` must be an integer >= 2"):
             music_transformer(0, preset="tiny")
 
     def test_unknown_preset_and_hyperparameter(self):

@@ -322,8 +322,6 @@ def test_a_local_table_longer_than_the_window_names_the_flags():
 @pytest.mark.parametrize("note_event_ids", [None, {"note_on": (2, 9), "note_off": (10, 17)}], ids=["", "note_state"])
 @pytest.mark.parametrize("attention", ["absolute", "relative_global", "relative_local"])
 def test_attention_weights_are_each_heads_causal_softmax(attention, note_event_ids):
-    from keras_selfattn.models.decoding import embed_targets, layers_by_name
-
     model = music.music_transformer(
         40, preset="tiny", attention=attention, block_length=4, max_relative_position=8,
         note_event_ids=note_event_ids,
@@ -333,9 +331,8 @@ def test_attention_weights_are_each_heads_causal_softmax(attention, note_event_i
     assert weights.shape == (4, 20, 20)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     assert np.all(np.triu(weights, 1) == 0), "a query attends to a later event"
-    layers = layers_by_name(model)
-    block = layers["decoder_block_0"]
-    x, _ = embed_targets(layers, tokens[None])
+    block = model.decoder_blocks[0]
+    x, _ = model._embed_targets(tokens[None])
     h = keras.ops.convert_to_numpy(block.self_attention_input(x))[0]
     layer = block.self_attention
     if attention == "relative_local":
