@@ -26,7 +26,7 @@ RECIPES = (
 )
 # `model.export(path, format="onnx" or "litert")` and onnxruntime, the LiteRT interpreter to run them.
 EXPORT = ["onnx==1.23.2", "onnxruntime==1.32.0", "tf2onnx==1.17.0", "ai-edge-litert==2.3.0"]
-# The tests' TF Serving emulator (tests/serving/emulator) also needs gcc. `make test` runs the
+# The tests' TF Serving emulator (serving/emulator) also needs gcc. `make test` runs the
 # tests on the JAX and PyTorch backends too.
 # torch==2.13.0 is the version the torch run of `make test` is tested with. On Linux, PyPI's wheel of
 # it is the CUDA build (several GB); for CPU-only torch, install it from PyTorch's CPU index first:

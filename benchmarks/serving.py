@@ -10,11 +10,10 @@ their ratio, and a check that the tokens agree. Then the loader under load:
 long generation: `--long_events` (1,024) new events from the `--long_preset`
 (`maestro`), batch 1, tokens per second through the loader and in-process.
 
-    PYTHONPATH=serving python -m benchmarks.serving             # the issue's sizes
-    PYTHONPATH=serving python -m benchmarks.serving --quick     # fewer requests
+    python -m benchmarks.serving             # the issue's sizes
+    python -m benchmarks.serving --quick     # fewer requests
 
-The TF Serving emulator (tests/serving/emulator) imports serving/'s request
-rules by their module names, so serving/ goes on the import path.
+The loader is the TF Serving emulator's (serving/emulator).
 """
 
 import argparse
@@ -29,7 +28,7 @@ from benchmarks.common import print_table
 from keras_selfattn.export import export_for_serving
 from keras_selfattn.generation import continue_sequence, translate_tokens
 from keras_selfattn.models import music_transformer, transformer_translation
-from tests.serving.emulator.c_api_loader import CApiSavedModel
+from serving.emulator.c_api_loader import CApiSavedModel
 
 MUSIC_VOCABULARY = 310
 SENTENCES = [

@@ -25,15 +25,19 @@ in the package, and shows relative attention holding past its training length.
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
-from common import harness  # sets up the environment before Keras is imported
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipes.common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import music  # noqa: E402
-from common import plots  # noqa: E402
+from recipes import music  # noqa: E402
+from recipes.common import plots  # noqa: E402
 
 NAME = "demo"
 # The three figures a continuation must come close to the held-out data on.

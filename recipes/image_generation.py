@@ -27,17 +27,22 @@ signatures.
 """
 
 import math
+import sys
+from pathlib import Path
 
-from common import harness  # sets up the environment before Keras is imported
-import keras
-import numpy as np
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import image_plots, image_recipes
-from keras_selfattn.models import (
+from recipes.common import harness  # sets up the environment before Keras is imported
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from keras_selfattn.models import (  # noqa: E402
     BitsPerDimension,
     MaskedSparseCategoricalCrossentropy,
     image_transformer,
 )
+from recipes.common import image_plots, image_recipes  # noqa: E402
 
 # The trained model is <model_dir>/image_generation.keras and is served as "image_generation"
 # (serving/models.config).
@@ -265,7 +270,7 @@ def write_completions(args, run, model, test_pixels, test_labels):
 
 
 def write_attention(args, run, model, image, label=None):
-    from common.image_attention import attention_map
+    from recipes.common.image_attention import attention_map
 
     height, width = image.shape[:2]
     pixel = args.attention_pixel or (height // 2, width // 2)

@@ -34,19 +34,22 @@ docs/models/maestro_small.md, gives its held-out figures:
 """
 
 import math
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from common import harness  # sets up the environment before Keras is imported
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipes.common import harness  # sets up the environment before Keras is imported
 
 # note-seq imports pydub, which warns that it has no ffmpeg; MIDI needs none.
 warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", category=RuntimeWarning)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import plots  # noqa: E402
 from keras_selfattn.models import (  # noqa: E402
     MaskedSparseCategoricalCrossentropy,
     NegativeLogLikelihoodPerToken,
@@ -54,6 +57,7 @@ from keras_selfattn.models import (  # noqa: E402
 )
 from keras_selfattn.models import MusicTransformer  # noqa: E402
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
+from recipes.common import plots  # noqa: E402
 
 # The trained model is <model_dir>/music.keras and is served as "music"
 # (serving/models.config).

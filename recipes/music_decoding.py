@@ -45,14 +45,19 @@ and one MIDI file per setting (the first primer's continuation) to
         --held_out validation --temperatures 0.9 1.0 --top_ps 0.95 1.0 --seeds 0 1
 """
 
+import sys
+from pathlib import Path
 from typing import NamedTuple
 
-from common import harness  # sets up the environment before Keras is imported
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipes.common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import music  # noqa: E402
+from recipes import music  # noqa: E402
 
 NAME = "music_decoding"
 DEFAULT_PRIMER_EVENTS, DEFAULT_GENERATE_EVENTS = 256, 1024

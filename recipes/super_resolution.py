@@ -37,16 +37,22 @@ SavedModel for TF Serving with the `super_resolve` signature.
         --tfds_dir ~/tensorflow_datasets --preset celeba_paper --mixed_precision
 """
 
-from common import harness  # sets up the environment before Keras is imported
-import keras
-import numpy as np
+import sys
+from pathlib import Path
 
-from common import image_plots, image_recipes
-from keras_selfattn.models import (
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipes.common import harness  # sets up the environment before Keras is imported
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from keras_selfattn.models import (  # noqa: E402
     BitsPerDimension,
     MaskedSparseCategoricalCrossentropy,
     image_super_resolution,
 )
+from recipes.common import image_plots, image_recipes  # noqa: E402
 
 # The trained model is <model_dir>/super_resolution.keras and is served as "super_resolution"
 # (serving/models.config).

@@ -34,23 +34,27 @@ takes and returns strings.
 """
 
 import re
+import sys
 from pathlib import Path
 
-from common import harness  # sets up the environment before Keras is imported
-import keras
-import numpy as np
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import plots
-from keras_selfattn.models import (
+from recipes.common import harness  # sets up the environment before Keras is imported
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from keras_selfattn.models import (  # noqa: E402
     MaskedSparseCategoricalCrossentropy,
     NegativeLogLikelihoodPerToken,
     RsqrtWarmupSchedule,
     transformer_translation,
 )
-from keras_selfattn.generation import Translator
-from keras_selfattn.models.metrics import translation_scores
-from keras_selfattn.models import TranslationTransformer
-from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS
+from keras_selfattn.generation import Translator  # noqa: E402
+from keras_selfattn.models import TranslationTransformer  # noqa: E402
+from keras_selfattn.models.metrics import translation_scores  # noqa: E402
+from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
+from recipes.common import plots  # noqa: E402
 
 # The trained model is <model_dir>/translation.keras and is served as "translation"
 # (serving/models.config).

@@ -49,14 +49,19 @@ and each row's `status` string `[B]` (empty when the row was answered).
 """
 
 import dataclasses
+import sys
+from pathlib import Path
 
-from common import harness  # sets up the environment before Keras is imported
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from recipes.common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from common import plots  # noqa: E402
 from keras_selfattn.models import GraphTransformer, graph_transformer  # noqa: E402
+from recipes.common import plots  # noqa: E402
 
 NAME = "variable_misuse"
 EDGE_CHOICES = ("all", "none")

@@ -18,12 +18,12 @@ import json
 
 import numpy as np
 
-from client_errors import ServerError
+from serving.client_errors import ServerError
 
 
 # --------------------------------------------------------------------------
 # REST JSON (TensorFlow Serving's rules, tensorflow_serving/util/json_tensor.cc).
-# The public helpers are shared with the tests' TF Serving emulator (tests/serving/emulator).
+# The public helpers are shared with the TF Serving emulator (serving/emulator).
 
 
 def is_b64_object(value):

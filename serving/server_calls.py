@@ -13,9 +13,9 @@ import socket
 import urllib.error
 import urllib.request
 
-from client_errors import RowError, ServerError, ServerUnreachable
-from model_signatures import SIGNATURES
-from predict_requests import (
+from serving.client_errors import RowError, ServerError, ServerUnreachable
+from serving.model_signatures import SIGNATURES
+from serving.predict_requests import (
     parse_predict_response,
     parse_rest_response,
     predict_request,

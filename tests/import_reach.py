@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where modules are found: pytest.ini's `pythonpath`, and tests/ (pytest puts
-# the folder of its conftest.py first). A file outside a package finds its own
+# Where modules are found: the repository root, and tests/ (pytest puts the
+# folder of its conftest.py first). A file outside a package finds its own
 # folder's modules first, as a script does.
-SEARCH_PATHS = (ROOT, ROOT / "recipes", ROOT / "serving", ROOT / "tests")
+SEARCH_PATHS = (ROOT, ROOT / "tests")
 BODY = None  # the unit name of a module's body
 MAIN = "<main>"  # the unit name of a script's `if __name__ == "__main__":` block
 

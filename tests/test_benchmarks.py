@@ -1,6 +1,6 @@
 """Every benchmark program runs at a tiny size, as docs/benchmarks.md runs it
-(`python -m benchmarks.<name> <flags>` from the repository root, serving/ on
-the import path), and prints its tables with finite ratios.
+(`python -m benchmarks.<name> <flags>` from the repository root), and prints
+its tables with finite ratios.
 
 The programs need a fresh process (`benchmarks/__init__.py` picks
 TensorFlow's CPU allocator before TensorFlow starts), so they run in one
@@ -107,7 +107,6 @@ def _is_finite(cell):
 
 def test_every_benchmark_prints_its_tables_at_a_tiny_size():
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, ["serving", os.environ.get("PYTHONPATH")]))
     env.pop("KERAS_SELFATTN_BENCHMARK_XLA", None)
     programs = [[name, *flags] for name, (flags, _) in PROGRAMS.items()]
     result = subprocess.run(

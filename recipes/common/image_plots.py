@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from common.plots import save_figure  # noqa: E402
+from recipes.common.plots import save_figure  # noqa: E402
 
 CELL_INCHES = 1.1
 

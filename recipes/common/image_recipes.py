@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from common import harness
+from recipes.common import harness
 
 ATTENTION_HELP = {
     "local_1d": "local 1D: raster order cut into blocks of --block_length sub-pixels, each "

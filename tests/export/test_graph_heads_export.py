@@ -102,8 +102,8 @@ def test_a_row_with_a_bad_id_gets_its_status_and_spares_the_others(exported_head
 
 @pytest.mark.slow
 def test_through_the_c_api_loader_a_bad_row_spares_the_others_and_a_bad_layout_fails(exported_heads):
-    from tests.serving.emulator.c_api_loader import CApiSavedModel
-    from tests.serving.emulator.tensor_wire import ServingError
+    from serving.emulator.c_api_loader import CApiSavedModel
+    from serving.emulator.tensor_wire import ServingError
 
     model, path = exported_heads
     with CApiSavedModel(path) as loaded:

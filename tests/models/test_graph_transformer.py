@@ -100,7 +100,7 @@ def test_fits_under_a_distribution_strategy():
 @pytest.mark.slow
 def test_serving_default_takes_tokens_and_relations_through_the_c_api_loader(tmp_path):
     from keras_selfattn.export import export_for_serving
-    from tests.serving.emulator.c_api_loader import CApiSavedModel
+    from serving.emulator.c_api_loader import CApiSavedModel
 
     model = graph_transformer(VOCABULARY, NUM_RELATIONS, **TINY)
     path = export_for_serving(model, tmp_path, name="graph")

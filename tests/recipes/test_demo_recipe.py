@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-import demo
 import recipe_checks
 from keras_selfattn.data import music as music_data
 from keras_selfattn.generation import continue_sequence
 from keras_selfattn.models import music_transformer
+from recipes import demo
 from tests.recipes.test_music_recipe import _performance
 
 pytestmark = [

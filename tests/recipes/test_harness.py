@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from common import harness
+from recipes.common import harness
 
 pytestmark = [
     pytest.mark.slow,

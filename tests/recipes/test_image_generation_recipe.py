@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import image_generation
 import recipe_checks
-from common import image_attention
+from recipes import image_generation
+from recipes.common import image_attention
 
 pytestmark = [
     pytest.mark.slow,

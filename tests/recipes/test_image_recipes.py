@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from common import harness, image_recipes
 from keras_selfattn.data import images
+from recipes.common import harness, image_recipes
 
 
 def _read(tmp_path, name="cifar10"):
@@ -67,7 +67,7 @@ def test_an_error_while_preparing_that_is_not_about_the_data_propagates(tmp_path
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0,inf", "0.8,NaN", "1,2,infinity"])
 def test_non_finite_temperatures_are_refused_when_parsed_naming_the_flag(capsys, value):
-    import super_resolution
+    from recipes import super_resolution
 
     with pytest.raises(SystemExit) as raised:
         super_resolution.build_parser().parse_args(["--model_dir", "m", f"--temperatures={value}"])
@@ -77,7 +77,7 @@ def test_non_finite_temperatures_are_refused_when_parsed_naming_the_flag(capsys,
 
 
 def test_finite_temperatures_parse():
-    import super_resolution
+    from recipes import super_resolution
 
     args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--temperatures", "0,0.8,1e3"])
     assert args.temperatures == (0.0, 0.8, 1000.0)

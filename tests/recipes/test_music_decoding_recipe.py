@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import music_decoding
 import recipe_checks
 from keras_selfattn.data import music as music_data
 from keras_selfattn.models import music_transformer
+from recipes import music_decoding
 from tests.recipes.test_music_recipe import FILES, _performance
 
 pytestmark = [

@@ -11,8 +11,8 @@ import numpy as np
 import pretty_midi
 import pytest
 
-import music
 import recipe_checks
+from recipes import music
 
 pytestmark = [
     pytest.mark.slow,

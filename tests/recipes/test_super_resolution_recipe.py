@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import recipe_checks
-import super_resolution
+from recipes import super_resolution
 
 pytestmark = [
     pytest.mark.slow,

@@ -3,9 +3,9 @@
 
 import pytest
 
-import translate
 from keras_selfattn.data import text
 from keras_selfattn.data.text import ding as text_ding
+from recipes import translate
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe\x00\x81 binary", b""], ids=["binary", "empty"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import recipe_checks
-import translate
+from recipes import translate
 
 pytestmark = [
     pytest.mark.slow,

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import recipe_checks
-import variable_misuse
-from common import harness
 from keras_selfattn.data import programs
+from recipes import variable_misuse
+from recipes.common import harness
 
 pytestmark = [
     pytest.mark.slow,

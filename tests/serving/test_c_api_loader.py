@@ -18,14 +18,14 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_text as tf_text  # noqa: E402
 from tensorflow_serving.apis import predict_pb2  # noqa: E402
 
-from tests.serving.emulator.c_api_loader import (  # noqa: E402
+from serving.emulator.c_api_loader import (  # noqa: E402
     CApiSavedModel,
     ServingError,
     build_loader,
     op_libraries,
     session_config,
 )
-from tests.serving.emulator.loader_build import child_env  # noqa: E402
+from serving.emulator.loader_build import child_env  # noqa: E402
 
 pytestmark = pytest.mark.backends("tensorflow", reason="SavedModel and the C API")
 

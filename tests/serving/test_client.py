@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import client
+from serving import client
 from tests.serving.fake_servers import JsonHandler, free_port
 
 SERVING_DIR = Path(client.__file__).resolve().parent

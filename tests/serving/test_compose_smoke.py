@@ -18,8 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import client
-import smoke
+from serving import client, smoke
 from tests.serving.fake_servers import JsonHandler, free_port
 
 SERVING_DIR = Path(client.__file__).resolve().parent

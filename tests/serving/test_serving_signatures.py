@@ -16,9 +16,9 @@ pytestmark = [
 import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.generation import continue_sequence, sample_images  # noqa: E402
+from serving import client  # noqa: E402
+from serving.emulator.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
 from tests.generation.generation_models import IMAGE_SHAPE, LOW_SHAPE  # noqa: E402
-from tests.serving.emulator.c_api_loader import CApiSavedModel, ServingError  # noqa: E402
-import client  # noqa: E402
 
 GENERATE = dict(
     primer=np.array([[3, 4, 5], [6, 7, 8]], "int32"),

@@ -5,8 +5,8 @@ import pytest
 
 pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels")
 
-from model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES  # noqa: E402
-from tests.serving.emulator.signature_defs import read_signatures  # noqa: E402
+from serving.emulator.signature_defs import read_signatures  # noqa: E402
+from serving.model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES  # noqa: E402
 
 # `serving_exports` family -> model name of serving/models.config. The images
 # export is class-conditional, so its signatures take `class_label`, as the table's do.

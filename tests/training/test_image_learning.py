@@ -2,7 +2,7 @@
 
 import pytest
 
-import image_generation
+from recipes import image_generation
 
 
 @pytest.mark.slow

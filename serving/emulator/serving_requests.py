@@ -8,7 +8,7 @@ values; the messages of the refusals are the server's.
 
 import numpy as np
 
-from tests.serving.emulator.tensor_wire import (
+from serving.emulator.tensor_wire import (
     DTYPE_NUMBERS,
     DTYPES,
     STRING,

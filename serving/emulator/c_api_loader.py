@@ -33,16 +33,16 @@ import threading
 
 import numpy as np
 
-from tests.serving.emulator import tensor_wire
-from tests.serving.emulator.loader_build import (
+from serving.emulator import tensor_wire
+from serving.emulator.loader_build import (
     build_loader,
     child_env,
     op_libraries,
     session_config,
     tensorflow_paths,
 )
-from tests.serving.emulator.rest_requests import rest_answer, rest_inputs
-from tests.serving.emulator.serving_requests import (
+from serving.emulator.rest_requests import rest_answer, rest_inputs
+from serving.emulator.serving_requests import (
     check_input_keys,
     check_output_keys,
     find_signature,
@@ -50,8 +50,8 @@ from tests.serving.emulator.serving_requests import (
     predict_response,
     to_input_array,
 )
-from tests.serving.emulator.signature_defs import read_signatures
-from tests.serving.emulator.tensor_wire import ServingError
+from serving.emulator.signature_defs import read_signatures
+from serving.emulator.tensor_wire import ServingError
 
 
 class CApiSavedModel:

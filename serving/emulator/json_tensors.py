@@ -14,9 +14,8 @@ import math
 
 import numpy as np
 
-from tests.serving.emulator.tensor_wire import ServingError, as_bytes, numpy_dtype
-# serving/predict_requests.py, by its module name (serving/ is on the import path).
-from predict_requests import b64_object, is_b64_object, is_bytes_name, json_shape
+from serving.emulator.tensor_wire import ServingError, as_bytes, numpy_dtype
+from serving.predict_requests import b64_object, is_b64_object, is_bytes_name, json_shape
 
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 # dtype -> the range of JSON integers the server takes for it (int_val holds int32).

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from tests.serving.emulator.tensor_wire import DTYPES
+from serving.emulator.tensor_wire import DTYPES
 
 SERVE_TAG = "serve"
 # TF2 SavedModels keep their init op as a SignatureDef by this name; it is no endpoint.

@@ -4,7 +4,5 @@
 server's loader; a C program built with gcc on first use) and answers `run`,
 gRPC `PredictRequest`s and REST JSON bodies with the server's request rules.
 
-The REST JSON rules it shares with the client are serving/predict_requests.py's,
-imported by their module name: serving/ must be on the import path (pytest.ini's
-`pythonpath` for the tests, `PYTHONPATH=serving` for benchmarks/serving.py).
+The REST JSON rules it shares with the client are `serving.predict_requests`'s.
 """

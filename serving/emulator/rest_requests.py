@@ -12,11 +12,10 @@ import json
 
 import numpy as np
 
-from tests.serving.emulator.json_tensors import json_text, json_to_array, json_values, rest_error
-from tests.serving.emulator.serving_requests import DEFAULT_SIGNATURE, find_signature
-from tests.serving.emulator.tensor_wire import ServingError
-# serving/predict_requests.py, by its module name (serving/ is on the import path).
-from predict_requests import is_b64_object, is_named_object
+from serving.emulator.json_tensors import json_text, json_to_array, json_values, rest_error
+from serving.emulator.serving_requests import DEFAULT_SIGNATURE, find_signature
+from serving.emulator.tensor_wire import ServingError
+from serving.predict_requests import is_b64_object, is_named_object
 
 
 def _parse_body(body):
