@@ -22,6 +22,7 @@ def _positional_decoder(sequence_length=8):
     `sequence_length` rows."""
     model = MusicTransformer(10, num_layers=1, hidden_dim=8, num_heads=2, key_dim=4, feedforward_dim=16)
     model.target_position = PositionEmbedding(sequence_length, name="target_position")
+    model.target_position.build((None, None, 8))
     return model
 
 

@@ -1,4 +1,5 @@
-"""Every model family trains under mixed precision without NaN or inf."""
+"""Every model family trains under mixed precision without NaN or inf (one
+block each: what a policy changes is inside a block and at its ends)."""
 
 import keras
 import numpy as np
@@ -20,20 +21,22 @@ IMAGE = (4, 4, 3)
 
 
 def _translation(position):
-    model = transformer_translation(16, 16, preset="tiny", position=position)
+    model = transformer_translation(16, 16, preset="tiny", position=position, num_layers=1)
     x = {"source_tokens": RNG.integers(1, 16, (BATCH, 6)), "target_tokens": RNG.integers(1, 16, (BATCH, 5))}
     return model, x, RNG.integers(1, 16, (BATCH, 5)), MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
 
 
 def _music(attention):
-    model = music_transformer(16, preset="tiny", attention=attention, block_length=4, max_relative_position=8)
+    model = music_transformer(
+        16, preset="tiny", attention=attention, block_length=4, max_relative_position=8, num_layers=1
+    )
     tokens = RNG.integers(1, 16, (BATCH, 9))
     return model, tokens[:, :-1], tokens[:, 1:], MaskedSparseCategoricalCrossentropy()
 
 
 def _image(attention, head):
     model = image_transformer(
-        IMAGE, preset="tiny", attention=attention, head=head, block_length=8,
+        IMAGE, preset="tiny", num_layers=1, attention=attention, head=head, block_length=8,
         query_shape=(2, 2) if head == "dmol" else (2, 6), memory_flange=(1, 1), num_classes=3,
     )
     pixels = RNG.integers(0, 256, (BATCH,) + IMAGE)
@@ -43,14 +46,16 @@ def _image(attention, head):
 
 
 def _super_resolution():
-    model = image_super_resolution((2, 2, 3), IMAGE, preset="tiny", query_shape=(2, 6), memory_flange=(1, 3))
+    model = image_super_resolution(
+        (2, 2, 3), IMAGE, preset="tiny", num_layers=1, query_shape=(2, 6), memory_flange=(1, 3)
+    )
     pixels = RNG.integers(0, 256, (BATCH,) + IMAGE)
     x = {"low_resolution": RNG.integers(0, 256, (BATCH, 2, 2, 3)), "pixels": pixels}
     return model, x, pixels, MaskedSparseCategoricalCrossentropy(pad_id=None)
 
 
 def _graph():
-    encoder = graph_transformer(16, 3, preset="tiny")
+    encoder = graph_transformer(16, 3, preset="tiny", num_layers=1)
     logits = keras.layers.Dense(16, dtype="float32")(encoder.output)
     model = keras.Model(encoder.input, logits)
     token_ids = RNG.integers(1, 16, (BATCH, 6))
