@@ -28,17 +28,38 @@ def naive_multi_head_attention(layer, query, value, mask):
     k = np.einsum("bsf,fnh->bsnh", value, weights["key/kernel"]) + weights["key/bias"]
     v = np.einsum("bsf,fnh->bsnh", value, weights["value/kernel"]) + weights["value/bias"]
     logits = np.einsum("btnh,bsnh->bnts", q, k) / np.sqrt(q.shape[-1])
-    mask = np.broadcast_to(mask, logits.shape)
-    logits = np.where(mask, logits, -np.inf)
-    peak = np.max(logits, -1, keepdims=True)
-    exps = np.exp(logits - np.where(np.isfinite(peak), peak, 0))
-    total = exps.sum(-1, keepdims=True)
-    probabilities = np.divide(exps, total, out=np.zeros_like(exps), where=total > 0)
+    probabilities = naive_masked_softmax(logits, mask)
     heads = np.einsum("bnts,bsnh->btnh", probabilities, v)
     return (
         np.einsum("btnh,nhf->btf", heads, weights["attention_output/kernel"])
         + weights["attention_output/bias"]
     )
+
+
+def naive_masked_softmax(logits, mask):
+    """Softmax over the last axis where `mask` (broadcastable) is True, 0
+    elsewhere; a row with nothing allowed is all 0."""
+    mask = np.broadcast_to(mask, logits.shape)
+    logits = np.where(mask, logits, -np.inf)
+    peak = np.max(logits, -1, keepdims=True)
+    exps = np.exp(logits - np.where(np.isfinite(peak), peak, 0))
+    total = exps.sum(-1, keepdims=True)
+    return np.divide(exps, total, out=np.zeros_like(exps), where=total > 0)
+
+
+def naive_attention_scores(layer, query, key, mask, relative_logits=0.0):
+    """Dense `[batch, heads, query, key]` float64 probabilities of an
+    attention layer over sequences `query` and `key` `[batch, length,
+    features]`, from its own query and key projections: every pair's logit,
+    then a softmax over the keys `mask` allows (broadcastable to the
+    scores), written out in numpy. `relative_logits` is added before the
+    logit scale."""
+    q, k = (
+        np.asarray(keras.ops.convert_to_numpy(dense(x)), "float64")
+        for dense, x in ((layer.query_dense, query), (layer.key_dense, key))
+    )  # [batch, length, heads, dim]
+    logits = (np.einsum("bqhd,bkhd->bhqk", q, k) + relative_logits) * float(layer.logit_scale)
+    return naive_masked_softmax(logits, mask)
 
 
 def backend_gradients(function, arrays):

@@ -15,7 +15,9 @@ from keras_selfattn.ops.blocking_1d import (
     memory_windows,
     merge_blocks,
     pad_to_blocks,
+    scores_over_keys,
     split_blocks,
+    window_positions,
     window_validity,
 )
 from keras_selfattn.ops.relation_tables import heads_first
@@ -84,15 +86,23 @@ class LocalAttention1D(LocalAttentionBase):
             positions.
         cache_update_index: with a cache, the position of the call's first
             position (int or scalar int tensor).
-        return_attention_scores: not supported; `True` raises `ValueError`.
+        return_attention_scores: whether to also return the attention
+            probabilities, dense as `keras.layers.MultiHeadAttention` gives
+            them: `[batch, num_heads, length, length]`, zero outside each
+            query's window and at masked keys, before dropout (a fully
+            masked query's row is zeros). Only these scores form a
+            `[length, length]` tensor. With a cache: `[batch, num_heads,
+            steps, max_length]` over the cache positions.
         training: whether dropout is active.
         use_causal_mask: whether position `i` attends only to positions up
             to itself (in its block and the previous one). Defaults to
             `False`.
 
     Returns:
-        `output` `[batch, length, output_dim]`, or `(output, cache)` when a
-        `cache` is given.
+        `output` `[batch, length, output_dim]`; then the scores if
+        `return_attention_scores`; then the updated cache if `cache` is
+        given: `output`, `(output, scores)`, `(output, cache)` or
+        `(output, scores, cache)`.
 
     Example:
 
@@ -103,6 +113,9 @@ class LocalAttention1D(LocalAttentionBase):
     >>> x = np.random.rand(1, 7, 8).astype("float32")
     >>> tuple(layer(x).shape)  # each block attends to its block +- 1 position
     (1, 7, 8)
+    >>> _, scores = layer(x, return_attention_scores=True)
+    >>> tuple(scores.shape), float(ops.convert_to_numpy(scores)[0, 0, 0, 4])  # outside the window
+    ((1, 2, 7, 7), 0.0)
     >>> full = ops.convert_to_numpy(layer(x, use_causal_mask=True))  # previous block and itself
     >>> cache = np.zeros((1, 2, 7, 2, 4), "float32")
     >>> for t in range(7):
@@ -152,7 +165,7 @@ class LocalAttention1D(LocalAttentionBase):
         return self.filter_width, self.filter_width
 
     def _full_attention(
-        self, query, key, value, query_mask, key_mask, grid_shape, causal, training
+        self, query, key, value, query_mask, key_mask, grid_shape, causal, training, return_scores
     ):
         block_length = self.block_length
         left, right = self._window(causal)
@@ -178,18 +191,26 @@ class LocalAttention1D(LocalAttentionBase):
                 pad_to_blocks(ops.cast(query_mask, "bool"), block_length), block_length
             )
             masks.append(ops.expand_dims(query_valid, -1))
-        output = block_attention(
+        attended = block_attention(
             query_blocks,
             key_windows,
             value_windows,
             mask=tuple(masks),
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
+            return_probabilities=return_scores,
         )
+        output, scores = attended if return_scores else (attended, None)
         output = merge_blocks(output, axis=2)[:, :, :length]
-        return ops.transpose(output, (0, 2, 1, 3))
+        if scores is not None:
+            positions = window_positions(ops.shape(query_blocks)[2], block_length, left, right)
+            scores = merge_blocks(scores_over_keys(scores, positions, length), axis=2)
+            scores = scores[:, :, :length]
+        return ops.transpose(output, (0, 2, 1, 3)), scores
 
-    def _cached_attention(self, query, key_cache, value_cache, cache_update_index, query_mask, training):
+    def _cached_attention(
+        self, query, key_cache, value_cache, cache_update_index, query_mask, training, return_scores
+    ):
         block_length = self.block_length
         steps, max_length = query.shape[1], key_cache.shape[1]
         window_length = min(max_length, 2 * block_length + steps - 1)
@@ -209,7 +230,19 @@ class LocalAttention1D(LocalAttentionBase):
         )[None]  # [1, steps, window]
         if query_mask is not None:
             mask = ops.logical_and(mask, ops.cast(query_mask, "bool")[:, :, None])
-        return self._step_attention(query, keys, values, mask, training)
+        return self._step_attention(
+            query,
+            keys,
+            values,
+            mask,
+            training,
+            key_positions=key_positions if return_scores else None,
+            num_keys=max_length,
+        )
+
+    def _scores_shape(self, query, cache):
+        key_length = query.shape[1] if cache is None else cache.shape[2]
+        return (query.shape[0], self.num_heads, query.shape[1], key_length)
 
 
 def _slice_positions(cache, start, length):

@@ -9,7 +9,7 @@ from keras_selfattn.layers.argument_checks import (
     check_positive_int,
 )
 from keras_selfattn.layers.local_attention_base import LocalAttentionBase
-from keras_selfattn.ops.blocking_1d import block_attention
+from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
     blocks_to_image,
@@ -97,14 +97,27 @@ class LocalAttention2D(LocalAttentionBase):
         cache_update_index: with a cache, the block-raster position of the
             pixel (int or scalar int tensor); see
             `keras_selfattn.ops.blocking_2d.block_raster_index`.
-        return_attention_scores: not supported; `True` raises `ValueError`.
+        return_attention_scores: whether to also return the attention
+            probabilities, dense over the pixels in raster order (row-major,
+            as the layer flattens them): `[batch, num_heads, height * width,
+            height * width]`, query pixels then key pixels, zero outside each
+            query's memory and at masked keys, before dropout (a fully masked
+            query's row is zeros). Reshape to `[batch, num_heads, height,
+            width, height, width]` for the layout of
+            `keras.layers.MultiHeadAttention` with `attention_axes=(1, 2)`.
+            Only these scores form a `[pixels, pixels]` tensor. With a cache:
+            `[batch, num_heads, 1, height * width]` over the pixels of the
+            `grid_shape` image in raster order (not the cache's block-raster
+            positions), the row the full causal pass gives that pixel.
         training: whether dropout is active.
         use_causal_mask: whether a pixel attends only to the pixels before it
             in block-raster order (in its causal memory). Defaults to `False`.
 
     Returns:
-        `output` `[batch, height, width, output_dim]`, or `(output, cache)`
-        when a `cache` is given.
+        `output` `[batch, height, width, output_dim]`; then the scores if
+        `return_attention_scores`; then the updated cache if `cache` is
+        given: `output`, `(output, scores)`, `(output, cache)` or
+        `(output, scores, cache)`.
 
     Example:
 
@@ -116,6 +129,9 @@ class LocalAttention2D(LocalAttentionBase):
     >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
     >>> tuple(layer(image).shape)  # each 2 x 2 block attends to its 4 x 4 window
     (1, 4, 4, 8)
+    >>> _, scores = layer(image, return_attention_scores=True)
+    >>> tuple(scores.shape)  # [batch, heads, pixels, pixels], raster order
+    (1, 2, 16, 16)
     >>> full = ops.convert_to_numpy(layer(image, use_causal_mask=True))
     >>> cache = np.zeros((1, 2, 16, 2, 4), "float32")
     >>> # Block-raster order: the 2 x 2 blocks in raster order, pixels inside each.
@@ -220,9 +236,8 @@ class LocalAttention2D(LocalAttentionBase):
             )
 
     def _full_attention(
-        self, query, key, value, query_mask, key_mask, grid_shape, causal, training
+        self, query, key, value, query_mask, key_mask, grid_shape, causal, training, return_scores
     ):
-        padded_shape = padded_grid_shape(*grid_shape, self.query_shape)
         heads = self.num_heads
         query_blocks = _unfold_heads(
             image_to_blocks(
@@ -246,7 +261,7 @@ class LocalAttention2D(LocalAttentionBase):
                 self.query_shape,
             )
             masks.append(ops.expand_dims(query_valid, -1))
-        output = block_attention(
+        attended = block_attention(
             query_blocks,
             key_memory,
             value_memory,
@@ -254,12 +269,23 @@ class LocalAttention2D(LocalAttentionBase):
             bias=self._block_bias(query_blocks, causal),
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
+            return_probabilities=return_scores,
         )
+        output, scores = attended if return_scores else (attended, None)
+        output = self._blocks_to_raster(output, grid_shape)
+        if scores is not None:
+            pixels = grid_shape[0] * grid_shape[1]
+            scores = self._blocks_to_raster(scores_over_keys(scores, positions, pixels), grid_shape)
+        return ops.transpose(output, (0, 2, 1, 3)), scores
+
+    def _blocks_to_raster(self, blocks, grid_shape):
+        """`[batch, heads, blocks, qh * qw, n]` -> `[batch, heads, H * W, n]`,
+        the query pixels in raster order."""
         height, width = grid_shape
-        output = ops.reshape(output, [-1] + list(output.shape[2:]))  # [batch * heads, blocks, ...]
-        output = blocks_to_image(output, padded_shape, self.query_shape)[:, :height, :width]
-        output = ops.reshape(output, [-1, heads, height * width, output.shape[-1]])
-        return ops.transpose(output, (0, 2, 1, 3))
+        padded_shape = padded_grid_shape(height, width, self.query_shape)
+        image = ops.reshape(blocks, [-1] + list(blocks.shape[2:]))  # [batch * heads, blocks, ...]
+        image = blocks_to_image(image, padded_shape, self.query_shape)[:, :height, :width]
+        return ops.reshape(image, [-1, self.num_heads, height * width, image.shape[-1]])
 
     def _block_bias(self, query_blocks, causal):
         """Additive logits `[batch, heads, blocks, qh * qw, memory]` for the
@@ -281,7 +307,9 @@ class LocalAttention2D(LocalAttentionBase):
         heads_first = ops.transpose(sequence, (0, 2, 1, 3))
         return ops.reshape(heads_first, [-1, *grid_shape, sequence.shape[-1]])
 
-    def _cached_attention(self, query, key_cache, value_cache, cache_update_index, query_mask, training):
+    def _cached_attention(
+        self, query, key_cache, value_cache, cache_update_index, query_mask, training, return_scores
+    ):
         height, width = self.grid_shape
         padded_height, padded_width = padded_grid_shape(height, width, self.query_shape)
         query_height, query_width = self.query_shape
@@ -311,7 +339,23 @@ class LocalAttention2D(LocalAttentionBase):
         if query_mask is not None:
             mask = ops.logical_and(mask, ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1]))
         bias = self._step_bias(query, cache_update_index % block_size)
-        return self._step_attention(query, keys, values, mask, training, bias=bias)
+        raster_positions = ops.where(inside, rows * width + columns, height * width)
+        return self._step_attention(
+            query,
+            keys,
+            values,
+            mask,
+            training,
+            bias=bias,
+            key_positions=raster_positions if return_scores else None,
+            num_keys=height * width,
+        )
+
+    def _scores_shape(self, query, cache):
+        if cache is None:
+            pixels = query.shape[1] * query.shape[2]
+            return (query.shape[0], self.num_heads, pixels, pixels)
+        return (query.shape[0], self.num_heads, 1, self.grid_shape[0] * self.grid_shape[1])
 
 
 def _unfold_heads(blocks, heads):

@@ -8,7 +8,7 @@ from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
-from keras_selfattn.ops.blocking_1d import block_attention
+from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
 from keras_selfattn.ops.relation_tables import heads_first
 
 
@@ -17,7 +17,8 @@ class LocalAttentionBase(MultiHeadAttention):
 
     Subclasses implement `_full_attention` (blocked, over the whole input) and
     `_cached_attention` (one step against the static cache), both on
-    projected `[batch, length, heads, dim]` tensors, and `_check_local_inputs`;
+    projected `[batch, length, heads, dim]` tensors and both returning
+    `(output, scores or None)`, and `_check_local_inputs` and `_scores_shape`;
     they get the position grid (`(height, width)` in 2D; the 1D layer needs
     none). Causality is a call argument (`use_causal_mask`); the memory each
     query block reads depends on it.
@@ -110,6 +111,7 @@ class LocalAttentionBase(MultiHeadAttention):
         query, value, key, query_mask, key_mask = self._self_attention_inputs(call)
         self._check_call(call, query, value, key, key_mask)
         cache, cache_update_index, training = call.cache, call.cache_update_index, call.training
+        return_scores = bool(call.return_attention_scores)
         self._check_features(query=query, value=value, key=key)
         query_sequence = self._to_sequence(query)
         key_sequence, value_sequence = self._to_sequence(key), self._to_sequence(value)
@@ -117,7 +119,7 @@ class LocalAttentionBase(MultiHeadAttention):
         gate = None if self.gate_dense is None else self.gate_dense(query_sequence)
         projected_query = self.query_dense(query_sequence)
         if cache is None:
-            output = self._full_attention(
+            output, scores = self._full_attention(
                 projected_query,
                 self.key_dense(key_sequence),
                 self.value_dense(value_sequence),
@@ -126,19 +128,21 @@ class LocalAttentionBase(MultiHeadAttention):
                 grid_shape=tuple(query.shape[1:-1]),
                 causal=call.use_causal_mask,
                 training=training,
+                return_scores=return_scores,
             )
         else:
             self._check_cache(cache, projected_query, cache_update_index)
             key_cache, value_cache, cache = self._read_and_update_cache(
                 cache, key_sequence, value_sequence, cache_update_index
             )
-            output = self._cached_attention(
+            output, scores = self._cached_attention(
                 projected_query,
                 key_cache,
                 value_cache,
                 ops.cast(cache_update_index, "int32"),
                 query_mask=query_mask,
                 training=training,
+                return_scores=return_scores,
             )
         if gate is not None:
             output = ops.multiply(output, gate)
@@ -146,7 +150,7 @@ class LocalAttentionBase(MultiHeadAttention):
         output = ops.reshape(output, [-1] + list(ops.shape(query)[1:-1]) + list(output.shape[2:]))
         if query_mask is not None:
             set_keras_mask(output, query_mask)
-        return output if cache is None else (output, cache)
+        return _results(output, scores, cache)
 
     def _self_attention_inputs(self, call):
         """`(query, value, key, query_mask, key_mask)`: `value` defaulting to
@@ -161,22 +165,15 @@ class LocalAttentionBase(MultiHeadAttention):
 
     def _reject_unsupported(self, call):
         """`ValueError` naming a call argument that block attention cannot honour."""
-        given = {
-            "attention_mask": call.attention_mask,
-            "attention_bias": call.attention_bias,
-            "return_attention_scores": call.return_attention_scores or None,
-        }
+        given = {"attention_mask": call.attention_mask, "attention_bias": call.attention_bias}
         for name, argument in given.items():
             if argument is None:
                 continue
-            if name == "return_attention_scores":
-                received = f"{name}={argument!r}"
-            else:
-                received = f"{name} of shape {tuple(argument.shape)}"
             raise ValueError(
                 f"`{name}` is not supported by {type(self).__name__}: block attention "
                 "forms no `[query, key]` logits. Pass padding as `query_mask` / "
-                f"`value_mask` and causality as `use_causal_mask`. Received: {received}"
+                "`value_mask` and causality as `use_causal_mask`. "
+                f"Received: {name} of shape {tuple(argument.shape)}"
             )
 
     def _check_call(self, call, query, value, key, key_mask):
@@ -207,16 +204,22 @@ class LocalAttentionBase(MultiHeadAttention):
                 "keys are read from the cache. Generate only real positions."
             )
 
-    def _step_attention(self, query, keys, values, mask, training, bias=None):
+    def _step_attention(
+        self, query, keys, values, mask, training, bias=None, key_positions=None, num_keys=None
+    ):
         """A cached step's queries attending to the keys gathered for them.
 
         The step is one query block and the gathered positions its memory:
         `query` `[batch, steps, heads, dim]`, `keys` and `values`
         `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`,
         `bias` optional logits `[batch, heads, steps, memory]`.
+
+        Returns `(output, scores)`: the scores `[batch, heads, steps,
+        num_keys]` over the keys at `key_positions` `[memory]` when those
+        are given, else `None`.
         """
         query, keys, values = (heads_first(x)[:, :, None] for x in (query, keys, values))
-        output = block_attention(
+        attended = block_attention(
             query,
             keys,
             values,
@@ -224,8 +227,13 @@ class LocalAttentionBase(MultiHeadAttention):
             bias=None if bias is None else ops.expand_dims(bias, 2),
             scale=self.logit_scale,
             dropout=self._attention_dropout(training),
+            return_probabilities=key_positions is not None,
         )
-        return heads_first(output[:, :, 0])
+        if key_positions is None:
+            return heads_first(attended[:, :, 0]), None
+        output, probabilities = attended
+        scores = scores_over_keys(probabilities, key_positions[None], num_keys)
+        return heads_first(output[:, :, 0]), scores[:, :, 0]
 
     def compute_output_spec(self, *args, **kwargs):
         call = self._with_resolved_causality(AttentionCall(*args, **kwargs))
@@ -237,9 +245,19 @@ class LocalAttentionBase(MultiHeadAttention):
         output = keras.KerasTensor(
             tuple(query.shape[:-1]) + tuple(features), dtype=self.compute_dtype
         )
-        if cache is None:
-            return output
-        return output, keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+        scores = None
+        if call.return_attention_scores:
+            scores = keras.KerasTensor(self._scores_shape(query, cache), dtype=self.compute_dtype)
+        if cache is not None:
+            cache = keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
+        return _results(output, scores, cache)
+
+
+def _results(output, scores, cache):
+    """`output`, then the scores and the cache where present, as
+    `MultiHeadAttention` returns them."""
+    results = (output,) + tuple(x for x in (scores, cache) if x is not None)
+    return results[0] if len(results) == 1 else results
 
 
 # Why block attention fixes each of these `MultiHeadAttention` arguments.

@@ -75,11 +75,15 @@ class LocalRelativeAttention2D(LocalAttention2D):
         As `LocalAttention2D`: `query`, `value`, `key`, `query_mask`,
         `value_mask`, `key_mask`, `use_causal_mask`, `cache` (with
         `cache_update_index`, the block-raster position of the step's
-        pixel), `training`.
+        pixel), `return_attention_scores` (the probabilities, relative
+        terms included, `[batch, num_heads, height * width, height *
+        width]` over the pixels in raster order, zero outside each query's
+        memory; with a cache `[batch, num_heads, 1, height * width]`),
+        `training`.
 
     Returns:
-        `output` `[batch, height, width, output_dim]`, or `(output, cache)`
-        when a `cache` is given.
+        As `LocalAttention2D`: `output` `[batch, height, width,
+        output_dim]`, then the scores if asked, then the cache if given.
 
     Example:
 

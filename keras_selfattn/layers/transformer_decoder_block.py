@@ -186,17 +186,22 @@ class TransformerDecoderBlock(keras.layers.Layer):
     ):
         results = (keras.KerasTensor(inputs.shape, dtype=self.compute_dtype),)
         if return_attention_scores:
-            results += (self._scores_spec(inputs, encoder_outputs, cache),)
+            cache_update_index = kwargs.get("cache_update_index")
+            results += (self._scores_spec(inputs, encoder_outputs, cache, cache_update_index),)
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
         return results[0] if len(results) == 1 else results
 
-    def _scores_spec(self, inputs, encoder_outputs, cache):
-        batch, queries = inputs.shape[0], inputs.shape[1]
-        keys = inputs.shape[1] if cache is None else cache.shape[2]
-        heads = self.self_attention.num_heads
-        spec = {"self": keras.KerasTensor((batch, heads, queries, keys), dtype=self.compute_dtype)}
+    def _scores_spec(self, inputs, encoder_outputs, cache, cache_update_index):
+        # The self-attention layer knows its scores' layout (a grid's
+        # pixels flattened, a local 2D cached step's keys the grid's pixels).
+        cached = {} if cache is None else dict(cache=cache, cache_update_index=cache_update_index)
+        self_spec = self.self_attention.compute_output_spec(
+            inputs, use_causal_mask=True, return_attention_scores=True, **cached
+        )[1]
+        spec = {"self": self_spec}
         if encoder_outputs is not None:
+            batch, queries = inputs.shape[0], _positions(inputs.shape)
             cross_shape = (batch, self.cross_attention.num_heads, queries, encoder_outputs.shape[1])
             spec["cross"] = keras.KerasTensor(cross_shape, dtype=self.compute_dtype)
         return spec
@@ -210,3 +215,9 @@ class TransformerDecoderBlock(keras.layers.Layer):
     @classmethod
     def from_config(cls, config):
         return cls(**deserialize_attention_layers(config, "self_attention", "cross_attention"))
+
+
+def _positions(shape):
+    """How many positions a `[batch, ..., features]` shape holds, or `None`."""
+    sizes = shape[1:-1]
+    return None if None in sizes else math.prod(sizes)

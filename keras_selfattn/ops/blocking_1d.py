@@ -32,7 +32,7 @@ import math
 
 from keras import ops
 
-from keras_selfattn.ops.softmax_attention import softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
 
 def num_blocks(length, block_length):
@@ -136,6 +136,38 @@ def window_validity(length, padded_length, block_length, left, right, key_mask=N
     return ops.cast(memory_windows(valid, block_length, left, right, axis=1), "bool")
 
 
+def window_positions(num_blocks, block_length, left, right):
+    """`[num_blocks, window_length]` int32: the sequence position of each
+    window entry, negative or past the end where the window leaves the
+    sequence."""
+    window_length = window_size(block_length, left, right)
+    starts = ops.arange(num_blocks, dtype="int32")[:, None] * block_length - left
+    return starts + ops.arange(window_length, dtype="int32")[None, :]
+
+
+def scores_over_keys(block_scores, positions, num_keys):
+    """Attention probabilities of query blocks over their memories, laid
+    out over every key: zero for the keys outside a block's memory.
+
+    Args:
+        block_scores: `[batch, heads, num_blocks, block_length, memory_length]`.
+        positions: int32 `[num_blocks, memory_length]`, the key position
+            of each memory entry. Entries outside `[0, num_keys)` (padding)
+            are dropped: their probabilities must be masked to zero. The
+            positions of one block's memory are distinct.
+        num_keys: the number of keys (int or scalar tensor).
+
+    Returns:
+        `[batch, heads, num_blocks, block_length, num_keys]`.
+    """
+    keys = ops.arange(num_keys, dtype="int32")
+    is_entry = ops.equal(ops.expand_dims(positions, -1), keys)  # [blocks, memory, keys]
+    in_memory = ops.any(is_entry, axis=1)[None, None, :, None, :]
+    entry = ops.argmax(ops.cast(is_entry, "int32"), axis=1)[None, None, :, None, :]
+    gathered = ops.take_along_axis(block_scores, ops.cast(entry, "int32"), axis=-1)
+    return ops.where(in_memory, gathered, ops.zeros_like(gathered))
+
+
 def window_relative_positions(block_length, left, right):
     """`[block_length, window_length]` int32: key position minus query position.
 
@@ -188,7 +220,14 @@ def _fit_axis(x, axis, length):
 
 
 def block_attention(
-    query_blocks, key_windows, value_windows, mask=None, bias=None, scale=None, dropout=None
+    query_blocks,
+    key_windows,
+    value_windows,
+    mask=None,
+    bias=None,
+    scale=None,
+    dropout=None,
+    return_probabilities=False,
 ):
     """Dot-product attention of every query block to its own memory window.
 
@@ -214,9 +253,13 @@ def block_attention(
             `window_relative_positions`).
         scale: logit scale; defaults to `1 / sqrt(head_dim)`.
         dropout: optional callable applied to the attention probabilities.
+        return_probabilities: whether to return the probabilities too.
 
     Returns:
-        `[batch, heads, num_blocks, block_length, value_dim]`.
+        `[batch, heads, num_blocks, block_length, value_dim]`; with
+        `return_probabilities`, `(output, probabilities)`, the probabilities
+        `[batch, heads, num_blocks, block_length, window_length]` in the
+        dtype of `value_windows`, masked entries 0, before dropout.
 
     Example:
 
@@ -236,9 +279,14 @@ def block_attention(
     # The heads axis sits before the blocks: [..., 1, blocks?, queries?, keys].
     factors = [_insert_heads_axis(ops.cast(factor, "bool")) for factor in factors]
     allowed = _logical_and_all(factors) if factors else None
-    return softmax_attention(
-        query_blocks, key_windows, value_windows, bias=bias, mask=allowed, dropout=dropout
-    )
+    if not return_probabilities:
+        return softmax_attention(
+            query_blocks, key_windows, value_windows, bias=bias, mask=allowed, dropout=dropout
+        )
+    probabilities = attention_probabilities(query_blocks, key_windows, bias, allowed)
+    probabilities = ops.cast(probabilities, value_windows.dtype)
+    weights = probabilities if dropout is None else dropout(probabilities)
+    return ops.einsum("...qk,...kd->...qd", weights, value_windows), probabilities
 
 
 def _insert_heads_axis(factor):

@@ -1,21 +1,20 @@
 """One query pixel's attention weights in an Image Transformer's decoder,
-read from the model's own layers (the local layers return no scores).
+as the decoder block's self-attention layer returns them.
 
 The query is the pixel's first sub-pixel; a key pixel's weight is the sum
 over its sub-pixels. What a query may see follows its layer: `global`
 attention every earlier sub-pixel in raster order, `local_1d` its block up
 to itself and the block before, `local_2d` and `relative_local_2d` its
 causal memory block (the flange rows above, the flange columns to the left,
-its own block up to itself in raster order). A relative layer's logits
-include its terms for each key's row and column offset.
+its own block up to itself in raster order).
 """
 
 import numpy as np
 from keras import ops
 
+from keras_selfattn.layers import LocalAttention2D
 from keras_selfattn.models.image_common import position_grid
 from keras_selfattn.models.image_models import ImageTransformer
-from keras_selfattn.ops.blocking_2d import causal_memory_mask_2d, memory_pixels_2d
 
 
 def decoder_inputs(model, image, class_label=None, block_index=-1):
@@ -31,65 +30,39 @@ def decoder_inputs(model, image, class_label=None, block_index=-1):
     return model, model.decoder_blocks[block_index], h, grid_shape
 
 
-def visible_positions(attention, grid_shape, query):
-    """`[positions]` bool: which raster positions of the grid the query
-    position `(row, column)` attends to, and the memory box
-    `(top, left, bottom, right)` in grid units (`None` unless local 2D)."""
-    rows, columns = grid_shape
-    raster = np.arange(rows * columns)
-    query_index = query[0] * columns + query[1]
-    if hasattr(attention, "query_shape"):
-        (qh, qw), (fh, fw) = attention.query_shape, attention.memory_flange
-        block = (query[0] // qh, query[1] // qw)
-        memory_rows, memory_columns = (
-            ops.convert_to_numpy(v) for v in memory_pixels_2d(block[0], block[1], (qh, qw), (fh, fw), True)
-        )
-        allowed = ops.convert_to_numpy(causal_memory_mask_2d((qh, qw), (fh, fw)))[
-            (query[0] % qh) * qw + query[1] % qw
-        ]
-        inside = (memory_rows >= 0) & (memory_rows < rows) & (memory_columns >= 0) & (memory_columns < columns)
-        keep = allowed & inside
-        visible = np.zeros(rows * columns, bool)
-        visible[memory_rows[keep] * columns + memory_columns[keep]] = True
-        top, left = block[0] * qh - fh, block[1] * qw - fw
-        box = (max(top, 0), max(left, 0), min((block[0] + 1) * qh, rows), min((block[1] + 1) * qw + fw, columns))
-        return visible, box
-    if hasattr(attention, "block_length"):
-        first = (query_index // attention.block_length - 1) * attention.block_length
-        return (raster >= first) & (raster <= query_index), None
-    return raster <= query_index, None
-
-
 def query_attention(attention, h, grid_shape, query):
-    """`[heads, positions]` softmax weights of the query position over the
-    grid (zero where it cannot attend), from the layer's projections."""
-    visible, box = visible_positions(attention, grid_shape, query)
-    query_index = query[0] * grid_shape[1] + query[1]
-    q = ops.convert_to_numpy(attention.query_dense(h))[0, query_index].astype("float64")  # [heads, dim]
-    k = ops.convert_to_numpy(attention.key_dense(h))[0].astype("float64")  # [positions, heads, dim]
-    logits = np.einsum("hd,phd->hp", q, k) + _relative_logits(attention, q, grid_shape, query)
-    logits = logits * float(attention.logit_scale)
-    logits = np.where(visible[None], logits, -np.inf)
-    weights = np.exp(logits - logits.max(-1, keepdims=True))
-    return weights / weights.sum(-1, keepdims=True), box
+    """`([heads, positions] weights, memory box)`: the softmax weights of
+    the query position `(row, column)` over the grid in raster order (zero
+    where it cannot attend), as the self-attention layer `attention` returns
+    them for its input `h`, and the memory box `(top, left, bottom, right)`
+    in grid units (`None` unless local 2D)."""
+    scores = ops.convert_to_numpy(causal_scores(attention, h, grid_shape))
+    weights = scores[0, :, query[0] * grid_shape[1] + query[1]]
+    return weights, memory_box(attention, grid_shape, query)
 
 
-def _relative_logits(attention, q, grid_shape, query):
-    """`[heads, positions]`: `q . r^H[dy] + q . r^W[dx]` of a 2D relative
-    layer for every position's clipped offset from the query, else 0."""
-    if getattr(attention, "relative_height_embeddings", None) is None:
-        return 0.0
-    rows, columns = np.meshgrid(np.arange(grid_shape[0]), np.arange(grid_shape[1]), indexing="ij")
-    logits = 0.0
-    for table, offsets, limit in zip(
-        (attention.relative_height_embeddings, attention.relative_width_embeddings),
-        (rows.reshape(-1) - query[0], columns.reshape(-1) - query[1]),
-        attention.max_relative_position,
-    ):
-        table = ops.convert_to_numpy(table).astype("float64")  # [(heads,) 2 k + 1, dim]
-        relations = np.take(table, np.clip(offsets, -limit, limit) + limit, axis=-2)
-        logits = logits + np.einsum("hd,hpd->hp" if table.ndim == 3 else "hd,pd->hp", q, relations)
-    return logits
+def causal_scores(attention, h, grid_shape):
+    """`[1, heads, positions, positions]`: the causal attention scores of
+    the layer for `h [1, positions, hidden]`, positions in raster order of
+    the grid (a local 2D layer reads `h` as the grid)."""
+    if isinstance(attention, LocalAttention2D):
+        h = ops.reshape(h, (1, *grid_shape, h.shape[-1]))
+    _, scores = attention(h, use_causal_mask=True, return_attention_scores=True)
+    return scores
+
+
+def memory_box(attention, grid_shape, query):
+    """`(top, left, bottom, right)` in grid units: the box of a local 2D
+    layer's causal memory around the block of `query`, clipped to the grid;
+    `None` for other layers."""
+    if not isinstance(attention, LocalAttention2D):
+        return None
+    (qh, qw), (fh, fw) = attention.query_shape, attention.memory_flange
+    rows, columns = grid_shape
+    block_row, block_column = query[0] // qh, query[1] // qw
+    top, left = block_row * qh - fh, block_column * qw - fw
+    bottom, right = (block_row + 1) * qh, (block_column + 1) * qw + fw
+    return max(top, 0), max(left, 0), min(bottom, rows), min(right, columns)
 
 
 def attention_map(model, image, pixel, class_label=None, block_index=-1):
@@ -97,13 +70,13 @@ def attention_map(model, image, pixel, class_label=None, block_index=-1):
     query pixel `(row, column)` of `image [H, W, C]` in decoder block
     `block_index` (default: the last)."""
     image = np.asarray(image)
-    channels = image.shape[-1]
     _, block, h, grid_shape = decoder_inputs(model, image, class_label, block_index)
-    query = (pixel[0], pixel[1] * channels)
+    positions_per_pixel = grid_shape[1] // image.shape[1]  # sub-pixels, or 1
+    query = (pixel[0], pixel[1] * positions_per_pixel)
     weights, box = query_attention(block.self_attention, h, grid_shape, query)
     heads = weights.shape[0]
-    per_pixel = weights.reshape(heads, image.shape[0], image.shape[1], channels).sum(-1)
+    per_pixel = weights.reshape(heads, image.shape[0], image.shape[1], positions_per_pixel).sum(-1)
     if box is not None:
         top, left, bottom, right = box
-        box = (top, left // channels, bottom, -(-right // channels))
+        box = (top, left // positions_per_pixel, bottom, -(-right // positions_per_pixel))
     return per_pixel, box

@@ -234,14 +234,13 @@ class TestLocalAttention2D:
         )
         assert not np.allclose(numpy(layer(later_changed))[:, :2], numpy(layer(image))[:, :2])
 
-    def test_attention_scores_are_returned_or_refused_by_name(self):
+    def test_attention_scores_are_returned_over_the_pixels_in_raster_order(self):
         layer, image = self.make(), self.image()
-        try:
-            layer(image, return_attention_scores=True)
-        except ValueError as error:
-            assert "return_attention_scores" in str(error)
-        else:
-            pytest.fail("LocalAttention2D documents no attention scores")
+        output, scores = layer(image, return_attention_scores=True)
+        scores = numpy(scores)
+        assert scores.shape == (2, HEADS, 16, 16)
+        np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(numpy(output), numpy(layer(image)), atol=1e-6)
 
     def test_cached_loop_equals_causal_pass(self):
         layer, image = self.make(), self.image()

@@ -6,7 +6,7 @@ from keras import ops
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from tests.layer_testing import jit, run_layer_test
-from tests.references import backend_gradients
+from tests.references import backend_gradients, naive_attention_scores
 
 # Distinct primes (batch 2): no axis can pass for another.
 HEADS, KEY_DIM, FEATURES = 3, 5, 11
@@ -320,7 +320,6 @@ def test_cache_arguments_are_checked():
     [
         ("attention_mask", np.ones((2, 6, 6), bool)),
         ("attention_bias", np.zeros((2, HEADS, 6, 6), "float32")),
-        ("return_attention_scores", True),
     ],
 )
 def test_arguments_block_attention_cannot_honour_raise(argument, value, symbolic):
@@ -355,3 +354,96 @@ def test_functional_model_with_unknown_length():
         x = inputs(length)
         expected = numpy(layer(x, use_causal_mask=True))
         np.testing.assert_allclose(model.predict(x, verbose=0), expected, atol=1e-5)
+
+
+def output_from_scores(layer, scores, value):
+    """The layer's output recomputed as `scores @ values`, projected."""
+    mixed = np.einsum("bhqk,bkhd->bqhd", scores, numpy(layer.value_dense(value)))
+    return numpy(layer.output_dense(mixed.astype("float32")))
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+def test_scores_are_a_naive_dense_softmax_over_the_window(masked):
+    length, block_length = 13, 4
+    layer = LocalAttention1D(HEADS, KEY_DIM, block_length, 0 if masked else 2)
+    x = inputs(length)
+    padding = np.ones((2, length), bool)
+    padding[0, :3] = False  # left padding
+    padding[1, -4:] = False
+    output, scores = layer(
+        x, x, query_mask=padding, value_mask=padding, use_causal_mask=masked,
+        return_attention_scores=True,
+    )
+    scores = numpy(scores)
+    assert scores.shape == (2, HEADS, length, length)
+    allowed = (
+        local_mask(length, block_length, layer.filter_width, masked)[None, None]
+        & padding[:, None, None, :]
+        & padding[:, None, :, None]
+    )
+    np.testing.assert_allclose(scores, naive_attention_scores(layer, x, x, allowed), atol=1e-6)
+    assert np.all(scores[~np.broadcast_to(allowed, scores.shape)] == 0)
+    real_rows = np.broadcast_to(padding[:, None, :], scores.shape[:-1])
+    np.testing.assert_allclose(scores.sum(-1), real_rows.astype("float32"), atol=1e-5)
+    np.testing.assert_allclose(output_from_scores(layer, scores, x), numpy(output), atol=1e-5)
+
+
+def test_scores_are_the_probabilities_before_dropout():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3, 1, dropout=0.5)
+    x = inputs(10)
+    dropped, scores = layer(x, training=True, return_attention_scores=True)
+    inference, expected = layer(x, training=False, return_attention_scores=True)
+    np.testing.assert_allclose(numpy(scores), numpy(expected), atol=1e-6)
+    assert not np.allclose(numpy(dropped), numpy(inference), atol=1e-3)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("steps", [1, 3])
+def test_cached_steps_return_the_rows_of_the_full_pass(steps, compiled):
+    length, max_length = 10, 12
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3)
+    x = inputs(length)
+    _, full = layer(x, use_causal_mask=True, return_attention_scores=True)
+    full = numpy(full)
+
+    def step(x, cache, index):
+        return layer(
+            x, cache=cache, cache_update_index=index, use_causal_mask=True,
+            return_attention_scores=True,
+        )
+
+    step = jit(step) if compiled else step
+    cache = np.zeros((2, 2, max_length, HEADS, KEY_DIM), "float32")
+    for start in range(0, length, steps):
+        chunk = x[:, start : start + steps]
+        _, scores, cache = step(chunk, cache, ops.convert_to_tensor(start, "int32"))
+        scores = numpy(scores)
+        assert scores.shape == (2, HEADS, chunk.shape[1], max_length)
+        np.testing.assert_allclose(
+            scores[..., :length], full[:, :, start : start + chunk.shape[1]], atol=1e-6
+        )
+        assert np.all(scores[..., length:] == 0)
+
+
+def test_symbolic_scores_and_a_model_that_returns_them():
+    layer = LocalAttention1D(HEADS, KEY_DIM, 3)
+    fixed = keras.Input((6, FEATURES), batch_size=2)
+    _, scores = layer(fixed, use_causal_mask=True, return_attention_scores=True)
+    assert tuple(scores.shape) == (2, HEADS, 6, 6)
+    step = keras.Input((1, FEATURES), batch_size=2)
+    cache = keras.Input((2, 8, HEADS, KEY_DIM), batch_size=2)
+    _, step_scores, _ = layer(
+        step, cache=cache, cache_update_index=0, use_causal_mask=True, return_attention_scores=True
+    )
+    assert tuple(step_scores.shape) == (2, HEADS, 1, 8)
+
+    sequence = keras.Input((None, FEATURES))
+    model = keras.Model(
+        sequence, layer(sequence, use_causal_mask=True, return_attention_scores=True)
+    )
+    for length in (5, 9):
+        x = inputs(length)
+        _, expected = layer(x, use_causal_mask=True, return_attention_scores=True)
+        _, predicted = model.predict(x, verbose=0)
+        assert predicted.shape == (2, HEADS, length, length)
+        np.testing.assert_allclose(predicted, numpy(expected), atol=1e-6)

@@ -8,7 +8,7 @@ from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAtten
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.blocking_2d import padded_grid_shape
 from tests.layer_testing import jit, run_layer_test
-from tests.references import backend_gradients
+from tests.references import backend_gradients, naive_attention_scores
 
 # Distinct primes (batch 2): no axis can pass for another.
 HEADS, KEY_DIM, CHANNELS = 3, 5, 11
@@ -351,7 +351,6 @@ def test_cache_arguments_are_checked():
     [
         ("attention_mask", np.ones((2, 16, 16), bool)),
         ("attention_bias", np.zeros((2, HEADS, 16, 16), "float32")),
-        ("return_attention_scores", True),
     ],
 )
 def test_arguments_block_attention_cannot_honour_raise(argument, value, symbolic):
@@ -380,3 +379,89 @@ def test_one_layer_called_with_and_without_the_causal_mask():
 def test_symbolic_call_checks_the_flange():
     with pytest.raises(ValueError, match="`memory_flange`"):
         LocalAttention2D(HEADS, KEY_DIM, (2, 2), (3, 1))(keras.Input((2, 4, CHANNELS)))
+
+
+def pixels_of(image):
+    """`[batch, height, width, channels]` -> raster order `[batch, pixels, channels]`."""
+    return image.reshape(image.shape[0], -1, image.shape[-1])
+
+
+def output_from_scores(layer, scores, image):
+    """The layer's output recomputed as `scores @ values`, projected, as an image."""
+    values = numpy(layer.value_dense(pixels_of(image)))
+    mixed = np.einsum("bhqk,bkhd->bqhd", scores, values).astype("float32")
+    return numpy(layer.output_dense(mixed)).reshape(image.shape[:3] + (-1,))
+
+
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+@pytest.mark.parametrize("height, width, query_shape, memory_flange", [CASES[1], CASES[4]])
+def test_scores_are_a_naive_dense_softmax_over_the_memory(
+    height, width, query_shape, memory_flange, masked
+):
+    layer = LocalAttention2D(HEADS, KEY_DIM, query_shape, memory_flange)
+    image = images(height, width)
+    padding = np.ones((2, height, width), bool)
+    padding[0, :, :2] = False  # left columns
+    padding[1, -1] = False  # the last row
+    output, scores = layer(
+        image, image, query_mask=padding, value_mask=padding, use_causal_mask=masked,
+        return_attention_scores=True,
+    )
+    scores, pixels = numpy(scores), height * width
+    assert scores.shape == (2, HEADS, pixels, pixels)
+    flat = padding.reshape(2, pixels)
+    allowed = (
+        local_mask(height, width, query_shape, memory_flange, masked)[None, None]
+        & flat[:, None, None, :]
+        & flat[:, None, :, None]
+    )
+    sequence = pixels_of(image)
+    expected = naive_attention_scores(layer, sequence, sequence, allowed)
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    assert np.all(scores[~np.broadcast_to(allowed, scores.shape)] == 0)
+    has_keys = np.broadcast_to(allowed.any(-1), scores.shape[:-1])
+    np.testing.assert_allclose(scores.sum(-1), has_keys.astype("float32"), atol=1e-5)
+    np.testing.assert_allclose(output_from_scores(layer, scores, image), numpy(output), atol=1e-5)
+
+
+@LOCAL_2D_LAYERS
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_cached_steps_return_the_rows_of_the_full_pass(layer_class, compiled):
+    height, width = 5, 7
+    layer = layer_class(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(height, width))
+    image = images(height, width)
+    _, full = layer(image, use_causal_mask=True, return_attention_scores=True)
+    full = numpy(full).reshape(2, HEADS, height, width, height * width)
+
+    def step(pixel, cache, index):
+        return layer(
+            pixel, cache=cache, cache_update_index=index, use_causal_mask=True,
+            return_attention_scores=True,
+        )
+
+    step = jit(step) if compiled else step
+    padded = padded_grid_shape(height, width, (2, 3))
+    cache = np.zeros((2, 2, padded[0] * padded[1], HEADS, KEY_DIM), "float32")
+    for row, column, position in block_raster_order(height, width, (2, 3)):
+        pixel = image[:, row : row + 1, column : column + 1]
+        _, scores, cache = step(pixel, cache, ops.convert_to_tensor(position, "int32"))
+        scores = numpy(scores)
+        assert scores.shape == (2, HEADS, 1, height * width)
+        np.testing.assert_allclose(scores[:, :, 0], full[:, :, row, column], atol=1e-6)
+
+
+def test_symbolic_scores_and_a_model_that_returns_them():
+    layer = LocalAttention2D(HEADS, KEY_DIM, (2, 3), (1, 2), grid_shape=(5, 7))
+    image = keras.Input((5, 7, CHANNELS), batch_size=2)
+    model = keras.Model(image, layer(image, use_causal_mask=True, return_attention_scores=True))
+    assert tuple(model.outputs[1].shape) == (2, HEADS, 35, 35)
+    pixel = keras.Input((1, 1, CHANNELS), batch_size=2)
+    cache = keras.Input((2, 54, HEADS, KEY_DIM), batch_size=2)
+    _, step_scores, _ = layer(
+        pixel, cache=cache, cache_update_index=0, use_causal_mask=True, return_attention_scores=True
+    )
+    assert tuple(step_scores.shape) == (2, HEADS, 1, 35)
+    x = images(5, 7)
+    _, expected = layer(x, use_causal_mask=True, return_attention_scores=True)
+    _, predicted = model.predict(x, verbose=0)
+    np.testing.assert_allclose(predicted, numpy(expected), atol=1e-6)

@@ -183,3 +183,14 @@ def test_full_pass_scores_are_the_windowed_causal_probabilities():
     cache = np.zeros((2, 2, 8, NUM_HEADS, KEY_DIM), "float32")
     _, prefill_scores, _ = layer(x, cache=cache, cache_update_index=0, return_attention_scores=True)
     np.testing.assert_allclose(scores, ops.convert_to_numpy(prefill_scores), atol=1e-6)
+
+
+def test_scores_are_the_probabilities_before_dropout():
+    layer = make_layer(block_length=3, dropout=0.5, add_relative_to_values=True)
+    x = inputs(2, 10)
+    dropped, scores = layer(x, training=True, return_attention_scores=True)
+    inference, expected = layer(x, training=False, return_attention_scores=True)
+    scores, expected = ops.convert_to_numpy(scores), ops.convert_to_numpy(expected)
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    dropped, inference = ops.convert_to_numpy(dropped), ops.convert_to_numpy(inference)
+    assert not np.allclose(dropped, inference, atol=1e-3)

@@ -6,7 +6,7 @@ from test_local_attention_2d import CHANNELS, HEADS, KEY_DIM, cached_loop, image
 
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from tests.layer_testing import run_layer_test
-from tests.references import backend_gradients
+from tests.references import backend_gradients, naive_masked_softmax
 
 
 def pixel_offsets(height, width):
@@ -29,17 +29,17 @@ def pair_relations(layer, height, width):
     return relations
 
 
-def naive_reference(layer, image, mask):
-    """Every pair's relation materialised; masked softmax written out.
+def naive_weights(layer, image, mask):
+    """`[batch, heads, pixels, pixels]`: every pair's relation materialised,
+    masked softmax written out.
 
     `mask` `[batch or 1, pixels, pixels]` in raster order (`True` = may
     attend); a query with no key gets zeros.
     """
     batch, height, width, channels = image.shape
     sequence = image.reshape(batch, height * width, channels)
-    q, k, v = (
-        numpy(dense(sequence)).astype("float64")
-        for dense in (layer.query_dense, layer.key_dense, layer.value_dense)
+    q, k = (
+        numpy(dense(sequence)).astype("float64") for dense in (layer.query_dense, layer.key_dense)
     )  # [batch, pixels, heads, dim]
     relations = pair_relations(layer, height, width).astype("float64")
     content = np.einsum("bqhd,bkhd->bhqk", q, k)
@@ -48,14 +48,15 @@ def naive_reference(layer, image, mask):
     else:
         relative = np.einsum("bqhd,hqkd->bhqk", q, relations)
     logits = (content + relative) * float(layer.logit_scale)
-    mask = np.broadcast_to(mask[:, None], logits.shape)
-    logits = np.where(mask, logits, -np.inf)
-    peak = np.max(logits, axis=-1, keepdims=True)
-    weights = np.where(mask, np.exp(logits - np.where(np.isfinite(peak), peak, 0.0)), 0.0)
-    total = weights.sum(-1, keepdims=True)
-    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    attended = np.einsum("bhqk,bkhd->bqhd", weights, v).astype("float32")
-    return numpy(layer.output_dense(attended)).reshape(batch, height, width, -1)
+    return naive_masked_softmax(logits, mask[:, None])
+
+
+def naive_reference(layer, image, mask):
+    """The layer's output from `naive_weights`."""
+    batch, height, width, channels = image.shape
+    v = numpy(layer.value_dense(image.reshape(batch, height * width, channels)))
+    attended = np.einsum("bhqk,bkhd->bqhd", naive_weights(layer, image, mask), v)
+    return numpy(layer.output_dense(attended.astype("float32"))).reshape(batch, height, width, -1)
 
 
 def full_mask(height, width, masked):
@@ -288,8 +289,8 @@ def test_bad_constructor_arguments(kwargs, argument):
 
 def test_unsupported_call_arguments_raise_by_name():
     layer = LocalRelativeAttention2D(HEADS, KEY_DIM, (2, 2), (1, 1))
-    with pytest.raises(ValueError, match="`return_attention_scores` is not supported"):
-        layer(images(4, 4), return_attention_scores=True)
+    with pytest.raises(ValueError, match="`attention_mask` is not supported"):
+        layer(images(4, 4), attention_mask=np.ones((2, 16, 16), bool))
     with pytest.raises(ValueError, match="construct the layer with `grid_shape="):
         layer(
             images(1, 1),
@@ -299,3 +300,28 @@ def test_unsupported_call_arguments_raise_by_name():
         )
     with pytest.raises(ValueError, match="`query` must have rank 4"):
         layer(keras.Input((9, CHANNELS)))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_tables", "per_head_tables"])
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "unmasked"])
+def test_scores_are_the_naive_relative_probabilities(masked, shared):
+    height, width, query_shape, memory_flange, max_relative = CASES[1]
+    layer = LocalRelativeAttention2D(
+        HEADS, KEY_DIM, query_shape, memory_flange, max_relative_position=max_relative,
+        heads_share_relative_embedding=shared,
+    )
+    image = images(height, width)
+    padding = np.ones((2, height, width), bool)
+    padding[1, :, :2] = False  # left columns
+    output, scores = layer(
+        image, image, query_mask=padding, value_mask=padding, use_causal_mask=masked,
+        return_attention_scores=True,
+    )
+    scores, pixels = numpy(scores), height * width
+    assert scores.shape == (2, HEADS, pixels, pixels)
+    flat = padding.reshape(2, pixels)
+    mask = local_mask(height, width, query_shape, memory_flange, masked)[None]
+    mask = mask & flat[:, None, :] & flat[:, :, None]
+    np.testing.assert_allclose(scores, naive_weights(layer, image, mask), atol=1e-6)
+    assert np.all(scores[~np.broadcast_to(mask[:, None], scores.shape)] == 0)
+    np.testing.assert_allclose(numpy(output), naive_reference(layer, image, mask), atol=1e-5)

@@ -208,3 +208,33 @@ def test_decoder_block_returns_its_attention_scores():
         cache_update_index=0, return_attention_scores=True,
     )
     np.testing.assert_allclose(keras.ops.convert_to_numpy(step_scores["cross"]), cross, atol=1e-6)
+
+
+def test_decoder_block_scores_of_an_image_are_over_its_pixels():
+    block = TransformerDecoderBlock(
+        LocalAttention2D(3, 5, query_shape=(2, 3), memory_flange=(1, 1), grid_shape=(4, 6)),
+        32,
+        cross_attention=MultiHeadAttention(2, 8),
+    )
+    grid, memory = _random(2, 4, 6, WIDTH), _random(2, 7, WIDTH)
+    _, scores = block(grid, encoder_outputs=memory, return_attention_scores=True)
+    own = block.self_attention(
+        block.self_attention_input(grid), use_causal_mask=True, return_attention_scores=True
+    )[1]
+    np.testing.assert_allclose(_numpy(scores["self"]), _numpy(own), atol=1e-6)
+    assert _numpy(scores["self"]).shape == (2, 3, 24, 24)
+    assert _numpy(scores["cross"]).shape == (2, 2, 24, 7)
+    symbolic = block(
+        keras.Input((4, 6, WIDTH), batch_size=2),
+        encoder_outputs=keras.Input((7, WIDTH), batch_size=2),
+        return_attention_scores=True,
+    )[1]
+    assert tuple(symbolic["self"].shape) == (2, 3, 24, 24)
+    assert tuple(symbolic["cross"].shape) == (2, 2, 24, 7)
+    pixel = keras.Input((1, 1, WIDTH), batch_size=2)
+    cache = keras.Input((2, 24, 3, 5), batch_size=2)
+    step_scores = block(
+        pixel, encoder_outputs=keras.Input((7, WIDTH), batch_size=2), cache=cache,
+        cache_update_index=0, return_attention_scores=True,
+    )[1]
+    assert tuple(step_scores["self"].shape) == (2, 3, 1, 24)

@@ -8,7 +8,9 @@ from keras_selfattn.ops.blocking_1d import (
     memory_windows,
     merge_blocks,
     pad_to_blocks,
+    scores_over_keys,
     split_blocks,
+    window_positions,
     window_relative_positions,
     window_validity,
 )
@@ -153,6 +155,45 @@ def test_block_attention_mask_factors_equal_their_conjunction():
     np.testing.assert_allclose(
         numpy(block_attention(query, key, key, mask=merged)), expected, atol=1e-5
     )
+
+
+def test_block_attention_returns_the_masked_probabilities_it_weighs_values_with():
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=(2, 3, 2, 4, 5)).astype("float32")
+    key = rng.normal(size=(2, 3, 2, 7, 5)).astype("float32")
+    value = rng.normal(size=(2, 3, 2, 7, 6)).astype("float32")
+    mask = rng.random((2, 2, 4, 7)) > 0.4
+    mask[1, 0, 3] = False
+    output, probabilities = block_attention(query, key, value, mask=mask, return_probabilities=True)
+    output, probabilities = numpy(output), numpy(probabilities)
+    assert probabilities.shape == (2, 3, 2, 4, 7)
+    assert np.all(probabilities[~np.broadcast_to(mask[:, None], probabilities.shape)] == 0)
+    np.testing.assert_allclose(probabilities.sum(-1), mask.any(-1)[:, None].repeat(3, 1), atol=1e-6)
+    np.testing.assert_allclose(output, probabilities @ value, atol=1e-5)
+    np.testing.assert_allclose(
+        output, numpy(block_attention(query, key, value, mask=mask)), atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("left, right", [(3, 0), (2, 2)])
+def test_scores_over_keys_lays_each_window_entry_at_its_position(left, right):
+    length, block_length = 8, 3
+    blocks = -(-length // block_length)
+    positions = numpy(window_positions(blocks, block_length, left, right))
+    for b in range(blocks):
+        np.testing.assert_array_equal(
+            positions[b], np.arange(b * block_length - left, (b + 1) * block_length + right)
+        )
+    valid = (positions >= 0) & (positions < length)
+    rng = np.random.default_rng(6)
+    block_scores = rng.random((2, 3, blocks, block_length, positions.shape[1])) * valid
+    dense = numpy(scores_over_keys(block_scores.astype("float32"), positions, length))
+    expected = np.zeros((2, 3, blocks, block_length, length))
+    for b in range(blocks):
+        for entry, position in enumerate(positions[b]):
+            if valid[b, entry]:
+                expected[:, :, b, :, position] = block_scores[:, :, b, :, entry]
+    np.testing.assert_array_equal(dense, expected.astype("float32"))
 
 
 def test_window_of_non_positive_size_is_rejected():
