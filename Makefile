@@ -25,12 +25,9 @@ demo: install
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
 # four runs two at a time, each starting when a core frees up: TensorFlow without the
 # export tests beside JAX, then PyTorch's ops and layers, then TensorFlow's export tests.
-# Each output line is printed whole. Two runs share the two cores, so each
-# computes on one thread (TensorFlow's and XLA's intra-op pools, OpenMP).
-ONE_THREAD := OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 \
-	XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# Each output line is printed whole.
 test: install
-	$(MAKE) --no-print-directory -j2 --output-sync=line PYTEST='$(ONE_THREAD) $(PYTEST)' \
+	$(MAKE) --no-print-directory -j2 --output-sync=line \
 		test-tensorflow-but-export test-jax test-torch test-tensorflow-export
 
 # Every test on one backend at a time.

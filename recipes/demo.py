@@ -99,8 +99,8 @@ def build_parser():
         "--sequence_length", type=harness.positive_int, default=256,
         help="events per training crop; the NLL is also measured at 2x and 4x it",
     )
-    length.add_argument(
-        "--eval_chunks", type=harness.non_negative_int, default=0,
+    harness.add_renamed_flag(
+        length, "--eval_examples", "--eval_chunks", type=harness.non_negative_int, default=0,
         help="held-out chunks per length for the NLL (0: all)",
     )
     return parser
@@ -259,7 +259,7 @@ def train_length_model(args, run, attention):
         "--sequence_length", str(args.sequence_length), "--batch_size", "16", "--epochs", str(epochs),
         "--steps_per_epoch", str(steps_per_epoch), "--learning_rate", "2e-3",
         "--learning_rate_schedule", "cosine", "--warmup_steps", str(steps_per_epoch // 2),
-        "--eval_chunks", str(args.eval_chunks), "--generate_events", "32", "--seed", str(args.seed),
+        "--eval_examples", str(args.eval_examples), "--generate_events", "32", "--seed", str(args.seed),
         "--verbose", "2" if args.verbose else "0",
     ]
     for flag in ("data_dir", "midi_dir"):

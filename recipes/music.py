@@ -90,7 +90,9 @@ def build_parser():
         help="augmented copies of each training performance (random transposition by -3..3 "
         "semitones and time stretch by 0.95..1.05, note-seq), computed once and cached; 0: none",
     )
-    data.add_argument(
+    harness.add_renamed_flag(
+        data,
+        "--eval_examples",
         "--eval_chunks",
         type=harness.non_negative_int,
         default=0,
@@ -254,7 +256,7 @@ def held_out_chunks(music_data, performances, length, limit):
 # ------------------------------------------------------------------ model
 
 
-def build_model(args, vocab_size, pad_id, note_event_ids):
+def build_model(args, vocabulary_size, pad_id, note_event_ids):
     """The compiled model: Adam, cross-entropy and NLL per event that skip padding."""
     overrides = {}
     if args.timing_signal != "preset":
@@ -265,7 +267,7 @@ def build_model(args, vocab_size, pad_id, note_event_ids):
         overrides["block_length"] = args.block_length
     try:
         model = music_transformer(
-            vocab_size, preset=args.preset, attention=args.attention,
+            vocabulary_size, preset=args.preset, attention=args.attention,
             note_event_ids=note_event_ids if args.note_state == "on" else None, **overrides,
         )
     except ValueError as error:
@@ -311,7 +313,7 @@ def evaluate(args, run, model, music_data, held_out):
     report = {}
     for factor in EVALUATION_FACTORS:
         length = factor * args.sequence_length
-        chunks = held_out_chunks(music_data, held_out, length, args.eval_chunks)
+        chunks = held_out_chunks(music_data, held_out, length, args.eval_examples)
         if len(chunks) == 0:
             # Left out of the report (recipes/demo.py reads only the lengths measured).
             run.log(f"held-out NLL per event at {factor}x the training length ({length} events): "

@@ -19,7 +19,7 @@ for `--upsampler_epochs`, then frozen while the Image Transformer trains for
 (the backup holds it).
 
 The run prints and writes to `--model_dir`: test bits/dim; on
-`--eval_images` test patches, PSNR (with a 95% bootstrap interval over the
+`--eval_examples` test patches, PSNR (with a 95% bootstrap interval over the
 patches, and its paired differences from bicubic's and the upsampler's,
 with theirs) and SSIM of bicubic and
 nearest upsampling, the upsampler alone, and the model decoding with the
@@ -87,7 +87,9 @@ def build_parser():
         "apart, of its faces, as whole pictures (0.33: 6 of the 18 photos and 33 of the 100 faces); "
         "of --image_dir's files",
     )
-    data.add_argument(
+    harness.add_renamed_flag(
+        data,
+        "--image_size",
         "--size",
         type=harness.positive_int,
         default=32,
@@ -97,7 +99,7 @@ def build_parser():
         "--scale",
         type=harness.positive_int,
         default=4,
-        help="upscaling factor: the low-resolution input is SIZE/SCALE on a side (32 / 4 = the "
+        help="upscaling factor: the low-resolution input is IMAGE_SIZE/SCALE on a side (32 / 4 = the "
         "paper's 8x8 -> 32x32)",
     )
     data.add_argument(
@@ -136,7 +138,9 @@ def build_parser():
         "bicubic interpolation",
     )
     evaluation = parser.add_argument_group("evaluation")
-    evaluation.add_argument(
+    harness.add_renamed_flag(
+        evaluation,
+        "--eval_examples",
         "--eval_images",
         type=harness.positive_int,
         default=64,
@@ -171,8 +175,8 @@ def build_parser():
 
 def parse_args(argv=None):
     args = build_parser().parse_args(argv)
-    if args.size % args.scale:
-        raise harness.UsageError(f"--scale {args.scale} must divide --size {args.size}")
+    if args.image_size % args.scale:
+        raise harness.UsageError(f"--scale {args.scale} must divide --image_size {args.image_size}")
     if args.channels is None:
         args.channels = 1 if args.dataset == "default" and not args.image_dir else 3
     return args
@@ -185,7 +189,7 @@ def load_images(args, run):
     """`(train, test)` high-resolution int32 images `[n, size, size, C]`."""
     from keras_selfattn.data.images import patches as image_patches
 
-    size = (args.size, args.size)
+    size = (args.image_size, args.image_size)
     if args.image_dir:
         (train, _), (test, _), _ = image_recipes.image_dir_split(args, run, size, args.channels)
         return train, test
@@ -198,11 +202,11 @@ def load_images(args, run):
         )[0]
         return train, test
     run.log(
-        f"embedded default: {args.size} x {args.size} patches of scikit-image's "
+        f"embedded default: {args.image_size} x {args.image_size} patches of scikit-image's "
         f"{len(image_patches.PHOTOS)} bundled photos and {image_patches.FACES} lfw_subset faces"
     )
     train, test = image_patches.embedded_patches(
-        args.size, args.channels, held_out_fraction=args.held_out_fraction, seed=args.seed
+        args.image_size, args.channels, held_out_fraction=args.held_out_fraction, seed=args.seed
     )
     held_out = sorted(set(test.sources))
     photos = [name for name in held_out if not name.startswith("lfw_face_")]
@@ -223,11 +227,11 @@ def validation_count(count, validation_images):
     return validation_images
 
 
-def held_out_parts(count, validation_images, eval_images, seed):
+def held_out_parts(count, validation_images, eval_examples, seed):
     """`(validation, test, scored)` sorted indices: a seeded
     `validation_images` of the `count` held-out images validate training,
     the rest are the test data (no image in both), and `scored` indexes a
-    seeded `eval_images` of the test data (all of it when fewer) within it."""
+    seeded `eval_examples` of the test data (all of it when fewer) within it."""
     if validation_images >= count:
         raise harness.UsageError(
             f"--validation_images {validation_images} must leave test images: there are {count} "
@@ -235,7 +239,7 @@ def held_out_parts(count, validation_images, eval_images, seed):
         )
     order = np.random.default_rng(seed).permutation(count)
     validation, test = np.sort(order[:validation_images]), np.sort(order[validation_images:])
-    scored = np.searchsorted(test, np.sort(order[validation_images:][:eval_images]))
+    scored = np.searchsorted(test, np.sort(order[validation_images:][:eval_examples]))
     return validation, test, scored
 
 
@@ -548,14 +552,14 @@ def split_held_out(args, run, held_out):
     count = len(held_out["pixels"])
     validation_images = validation_count(count, args.validation_images)
     validation_indices, test_indices, scored = held_out_parts(
-        count, validation_images, args.eval_images, args.seed
+        count, validation_images, args.eval_examples, args.seed
     )
     chosen = "" if args.validation_images is not None else (
         f" (--validation_images default: {DEFAULT_VALIDATION_IMAGES}, at most half the held-out images)"
     )
     run.log(
         f"held out: {len(validation_indices)} validation images{chosen}, {len(test_indices)} test images, "
-        f"{len(scored)} of them scored (--eval_images {args.eval_images})"
+        f"{len(scored)} of them scored (--eval_examples {args.eval_examples})"
     )
     validation = {k: v[validation_indices] for k, v in held_out.items()} if len(validation_indices) else None
     return validation, {k: v[test_indices] for k, v in held_out.items()}, scored

@@ -29,7 +29,7 @@ takes and returns strings.
 
     python recipes/translate.py --model_dir runs/ding --position shaw
     python recipes/translate.py --model_dir runs/wmt --wmt14 de-en --direction reverse \\
-        --preset base --epochs 100 --steps_per_epoch 1000 --tokens_per_batch 4096 --vocab_size 32000 \\
+        --preset base --epochs 100 --steps_per_epoch 1000 --tokens_per_batch 4096 --vocabulary_size 32000 \\
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
@@ -111,7 +111,9 @@ def _add_data_flags(parser):
         help="Ding and --pairs_tsv: the fraction of distinct source sentences held out with all "
         "their pairs (none of them is trained on)",
     )
-    data.add_argument(
+    harness.add_renamed_flag(
+        data,
+        "--vocabulary_size",
         "--vocab_size",
         type=harness.positive_int,
         default=None,
@@ -215,8 +217,8 @@ def _add_evaluation_flags(parser):
         "--alpha", type=harness.non_negative_float, default=0.6,
         help="beam search's length penalty exponent, ((5 + length) / 6) ** alpha (the paper: 0.6)",
     )
-    evaluation.add_argument(
-        "--eval_pairs", type=harness.non_negative_int, default=0,
+    harness.add_renamed_flag(
+        evaluation, "--eval_examples", "--eval_pairs", type=harness.non_negative_int, default=0,
         help="score at most this many held-out pairs (evenly spread); 0 means all",
     )
     evaluation.add_argument(
@@ -330,20 +332,20 @@ _SUPPORTED_PIECES = re.compile(r"at most (\d+) pieces")
 
 
 def train_vocabulary(args, run, text, train, path):
-    """Trains the vocabulary of `--vocab_size` pieces, or by default of
+    """Trains the vocabulary of `--vocabulary_size` pieces, or by default of
     `DEFAULT_VOCAB_SIZE` or as many as the training text supports."""
     sides = [side for pair in train for side in pair]
-    size = args.vocab_size or DEFAULT_VOCAB_SIZE
+    size = args.vocabulary_size or DEFAULT_VOCAB_SIZE
     run.log(f"training a joint SentencePiece vocabulary of {size} pieces on {len(train):,} pairs ...")
     try:
         text.train_sentencepiece(sides, path, size, seed=args.seed)
         return
     except ValueError as error:
         supported = _SUPPORTED_PIECES.search(str(error))
-        if args.vocab_size is not None or supported is None:
+        if args.vocabulary_size is not None or supported is None:
             raise harness.UsageError(str(error)) from None
     size = int(supported.group(1))
-    run.log(f"the training text supports at most {size} pieces: --vocab_size default {size}")
+    run.log(f"the training text supports at most {size} pieces: --vocabulary_size default {size}")
     try:
         text.train_sentencepiece(sides, path, size, seed=args.seed)
     except ValueError as error:
@@ -369,7 +371,7 @@ def spread(items, limit):
 # ------------------------------------------------------------------ model
 
 
-def build_model(args, vocab_size):
+def build_model(args, vocabulary_size):
     """The compiled model: one matrix for both embeddings and the logits,
     Adam on the rsqrt warmup schedule, label-smoothed cross-entropy."""
     overrides = {"share_embeddings": True, "tie_output_projection": True}
@@ -378,9 +380,9 @@ def build_model(args, vocab_size):
     if args.max_relative_position is not None:
         overrides["max_relative_position"] = args.max_relative_position
     model = transformer_translation(
-        vocab_size, vocab_size, preset=args.preset, position=args.position, **overrides
+        vocabulary_size, vocabulary_size, preset=args.preset, position=args.position, **overrides
     )
-    width = TRANSLATION_PRESETS[args.preset]["hidden_dim"]
+    width = model.get_config()["hidden_dim"]
     schedule = RsqrtWarmupSchedule(width, warmup_steps=args.warmup_steps, scale=args.learning_rate)
     model.compile(
         optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
@@ -403,13 +405,13 @@ def model_setting(args, name):
 
 def evaluate(args, run, translator, held_out):
     """Scores greedy, beam and copy-the-source translations of the held-out
-    pairs (at most `--eval_pairs`, one reference each; a source held out
+    pairs (at most `--eval_examples`, one reference each; a source held out
     with several targets is translated once).
 
     Returns:
         `(report, scored pairs, {"greedy" | "beam": {source: (text, ids)}})`.
     """
-    pairs = spread(held_out, args.eval_pairs)
+    pairs = spread(held_out, args.eval_examples)
     sources = list(dict.fromkeys(source for source, _ in pairs))
     references = [target for _, target in pairs]
     decodings = {"greedy": 1, "beam": args.beam_size}
@@ -535,7 +537,7 @@ def main(argv=None, callbacks=()):
             "position": args.position,
             "max_relative_position": model_setting(args, "max_relative_position"),
             "dropout": model_setting(args, "dropout"),
-            "vocab_size": processor.get_piece_size(),
+            "vocabulary_size": processor.get_piece_size(),
         }
         report = {
             "data": {

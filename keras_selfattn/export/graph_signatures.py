@@ -13,13 +13,13 @@ def graph_endpoint(model, output_name):
     `output_name=None` the model's own dict of named outputs (heads over a
     `GraphTransformer`) and `status`.
 
-    A row whose token ids lie outside `[0, vocab_size)` or whose relation
+    A row whose token ids lie outside `[0, vocabulary_size)` or whose relation
     ids lie outside `[0, num_relations]` gets its problem in `status` and
     zeros in every other output; the model runs it as an empty graph, so it
     fails no other row merged into its batch. `relations` whose node axes
     differ from `token_ids`' fail the request (InvalidArgument)."""
     encoder = _encoder(model)
-    vocab_size, num_relations = encoder.vocabulary_size, encoder.num_relations
+    vocabulary_size, num_relations = encoder.vocabulary_size, encoder.num_relations
     if output_name is None and "status" in model.output:
         raise ValueError(
             "The heads' outputs must not be named `status`: the exported `serving_default` "
@@ -30,8 +30,8 @@ def graph_endpoint(model, output_name):
         token_ids, relations = _checked_layout(inputs["token_ids"], inputs["relations"])
         status = request_checks.row_status([
             (
-                tf.reduce_any(request_checks.outside(token_ids, 0, vocab_size - 1), axis=1),
-                f"`token_ids` must be token ids in [0, {vocab_size})",
+                tf.reduce_any(request_checks.outside(token_ids, 0, vocabulary_size - 1), axis=1),
+                f"`token_ids` must be token ids in [0, {vocabulary_size})",
             ),
             (
                 tf.reduce_any(request_checks.outside(relations, 0, num_relations), axis=[1, 2]),

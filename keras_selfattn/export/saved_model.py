@@ -7,13 +7,14 @@ import shutil
 import keras
 
 from keras_selfattn.export.contract import check_serving_contract
-from keras_selfattn.generation.note_rules import NoteRules
-from keras_selfattn.models.graph_transformer import GraphTransformer
+from keras_selfattn.export.serving_options import ServingOptions
+from keras_selfattn.models.graph_transformer import GraphHeads, GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.translation import TranslationTransformer
 
-DEFAULT_MAX_LENGTH = {"sequence": 2048, "translation": 256}
+# The model classes, each of which declares its serving signatures.
+FAMILY_CLASSES = (MusicTransformer, TranslationTransformer, ImageTransformer, GraphTransformer, GraphHeads)
 
 
 def export_for_serving(
@@ -31,7 +32,7 @@ def export_for_serving(
     so a server watching `export_base/name` never loads half a model; its
     permissions follow the process umask, as ordinary files' do.
 
-    Signatures, by family:
+    Each model class declares its signatures (`serving_endpoints`); by family:
 
     - every model: `serving_default`, the forward pass, keyed by the model's
       input names -> `logits` (`dmol_params` for a DMOL head, `encodings`
@@ -109,8 +110,8 @@ def export_for_serving(
             f"backend. Received: the {keras.backend.backend()!r} backend"
         )
     _check_name(name)
-    family, model = _family(model)
-    endpoints, resources = _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids)
+    options = ServingOptions(tokenizer, beam_size, alpha, max_length, note_event_ids)
+    endpoints, resources = _family_model(model).serving_endpoints(options)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)
     os.makedirs(model_dir, exist_ok=True)
@@ -136,20 +137,13 @@ def _check_name(name):
         )
 
 
-def _family(model):
-    """`("sequence" | "translation" | "image" | "graph", the model as its family's class)`."""
-    for family, model_class in (
-        ("sequence", MusicTransformer),
-        ("translation", TranslationTransformer),
-        ("image", ImageTransformer),
-        ("graph", GraphTransformer),
-    ):
+def _family_model(model):
+    """`model` as the model class of its family."""
+    for model_class in FAMILY_CLASSES:
         try:
-            return family, model_class.from_model(model)
+            return model_class.from_model(model)
         except ValueError:
             continue
-    if _is_graph_heads_model(model):
-        return "graph", model
     raise ValueError(
         "`model` must be built by keras_selfattn.models (music_transformer, "
         "transformer_translation, image_transformer, image_super_resolution or "
@@ -157,114 +151,6 @@ def _family(model):
         "dict outputs, and a graph_transformer inside. "
         f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
     )
-
-
-def _is_graph_heads_model(model):
-    """Whether `model` is heads over a `GraphTransformer`: a Functional model
-    with inputs `token_ids` and `relations`, a dict of outputs, and a
-    `GraphTransformer` among its layers."""
-    if not isinstance(model, keras.Model):
-        return False
-    try:
-        outputs, inputs = model.output, model.inputs
-    except (AttributeError, ValueError):  # a subclassed model: no symbolic outputs
-        return False
-    return (
-        isinstance(outputs, dict)
-        and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
-        and any(isinstance(layer, GraphTransformer) for layer in model.layers)
-    )
-
-
-def _endpoints(model, family, tokenizer, beam_size, alpha, max_length, note_event_ids):
-    from keras_selfattn.export import graph_signatures, image_signatures, sequence_signatures
-
-    is_dmol = family == "image" and model.is_dmol
-    output_name = {"graph": "encodings"}.get(family, "dmol_params" if is_dmol else "logits")
-    if family == "graph" and not isinstance(model, GraphTransformer):
-        output_name = None  # heads over the encoder: their own output names
-    if family == "graph":
-        if tokenizer is not None:
-            raise ValueError("`tokenizer` is for translation models only. Received a graph model")
-        if note_event_ids is not None:
-            raise ValueError("`note_event_ids` is for music models only. Received a graph model")
-        return [graph_signatures.graph_endpoint(model, output_name)], []
-    endpoints = [_forward_endpoint(model, output_name)]
-    if family == "image":
-        return endpoints + image_signatures.image_endpoints(model), []
-    if tokenizer is not None and family != "translation":
-        raise ValueError(f"`tokenizer` is for translation models only. Received a {family} model")
-    if note_event_ids is not None and family != "sequence":
-        raise ValueError(f"`note_event_ids` is for music models only. Received a {family} model")
-    max_length = _max_length(max_length, family, model)
-    if family == "sequence":
-        note_rules = None
-        if note_event_ids is not None:
-            note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
-        return endpoints + [sequence_signatures.generate_endpoint(model, max_length, note_rules)], []
-    if tokenizer is None:
-        return endpoints, []
-    # `translate_tokens` checks `beam_size` and `alpha` when the signature is traced.
-    sentencepiece, eos_id = _sentencepiece(tokenizer)
-    translate = sequence_signatures.translate_endpoint(
-        model, sentencepiece, eos_id, max_length, beam_size, alpha
-    )
-    # The tokenizer's resource must be tracked by the exported object, or
-    # saving fails on an untracked resource.
-    return endpoints + [translate], [sentencepiece]
-
-
-def _forward_endpoint(model, output_name):
-    """`serving_default`: the forward pass -> `{output_name: outputs}`, or
-    with `output_name=None` the model's own dict of named outputs."""
-    import tensorflow as tf
-
-    specs = [tf.TensorSpec((None,) + tuple(t.shape[1:]), t.dtype, name=t.name) for t in model.inputs]
-    names = [spec.name for spec in specs]
-
-    def forward(inputs):
-        outputs = model(inputs if isinstance(model.input, dict) else inputs[names[0]], training=False)
-        if output_name is None:
-            return {name: tf.cast(output, "float32") for name, output in outputs.items()}
-        return {output_name: tf.cast(outputs, "float32")}
-
-    return "serving_default", forward, [dict(zip(names, specs))]
-
-
-def _max_length(max_length, family, model):
-    limit = model.max_length
-    if max_length is None:
-        return limit or DEFAULT_MAX_LENGTH[family]
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
-    if limit is not None and max_length > limit:
-        raise ValueError(
-            f"`max_length` must be at most {limit}, the model's maximum length. "
-            f"Received: max_length={max_length}"
-        )
-    return max_length
-
-
-def _sentencepiece(tokenizer):
-    """A tensorflow-text tokenizer holding the SentencePiece model, and its EOS id."""
-    import sentencepiece
-    import tensorflow_text
-
-    if isinstance(tokenizer, (str, os.PathLike)):
-        with open(tokenizer, "rb") as file:
-            tokenizer = file.read()
-    if not isinstance(tokenizer, bytes):
-        raise ValueError(
-            "`tokenizer` must be a SentencePiece model file: a path or its bytes. "
-            f"Received: {type(tokenizer).__name__}"
-        )
-    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer)
-    if processor.pad_id() != 0 or processor.eos_id() < 1:
-        raise ValueError(
-            "`tokenizer` must be a SentencePiece model with pad_id=0 (the models' padding) and "
-            f"an end-of-sentence id. Received: pad_id={processor.pad_id()}, eos_id={processor.eos_id()}"
-        )
-    return tensorflow_text.SentencepieceTokenizer(model=tokenizer, add_eos=True), processor.eos_id()
 
 
 def _version(model_dir, version):

@@ -21,7 +21,7 @@ def generate_endpoint(model, max_length, note_rules=None):
     width). Each good row is what `continue_sequence` gives its own primer
     alone (with `note_event_ids` when `note_rules`, a `NoteRules`, is given).
     A bad row gets its problem in `status` and zeros in `tokens`."""
-    vocab_size = model.vocabulary_size
+    vocabulary_size = model.vocabulary_size
 
     def generate(primer, primer_length, max_new_tokens, temperature, top_k, top_p, seed):
         settings = dict(
@@ -41,8 +41,8 @@ def generate_endpoint(model, max_length, note_rules=None):
                 "`primer_length` must be in [1, the primer's width] (a row's own primer length)",
             ),
             (
-                tf.reduce_any(in_primer & request_checks.outside(primer, 0, vocab_size - 1), axis=1),
-                f"`primer` must be token ids in [0, {vocab_size})",
+                tf.reduce_any(in_primer & request_checks.outside(primer, 0, vocabulary_size - 1), axis=1),
+                f"`primer` must be token ids in [0, {vocabulary_size})",
             ),
             (
                 request_checks.outside(max_new_tokens, 1, max_length - primer_length),

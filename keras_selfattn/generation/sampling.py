@@ -116,12 +116,12 @@ def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     [[True, True, False]]
     """
     logits = ops.cast(logits, "float32") / temperature
-    vocab_size = logits.shape[-1]
-    if 0 < top_k < vocab_size:
+    vocabulary_size = logits.shape[-1]
+    if 0 < top_k < vocabulary_size:
         kth_largest = ops.top_k(logits, top_k, sorted=True)[0][:, -1:]
         logits = ops.where(logits < kth_largest, -np.inf, logits)
     if top_p < 1.0:
-        descending = ops.top_k(logits, vocab_size, sorted=True)[0]
+        descending = ops.top_k(logits, vocabulary_size, sorted=True)[0]
         probabilities = ops.softmax(descending, axis=-1)
         probability_before = ops.cumsum(probabilities, axis=-1) - probabilities
         kept = ops.where(probability_before < top_p, descending, np.inf)
@@ -138,10 +138,10 @@ def filter_logits_by_row(logits, temperature, top_k, top_p):
     a `top_p` of 1 change nothing. `temperature` must be > 0 here.
     """
     logits = ops.cast(logits, "float32") / ops.cast(temperature, "float32")[:, None]
-    vocab_size = logits.shape[-1]
-    descending = ops.top_k(logits, vocab_size, sorted=True)[0]
+    vocabulary_size = logits.shape[-1]
+    descending = ops.top_k(logits, vocabulary_size, sorted=True)[0]
     top_k = ops.cast(top_k, "int32")
-    kept_count = ops.where(ops.logical_or(top_k <= 0, top_k >= vocab_size), vocab_size, top_k)
+    kept_count = ops.where(ops.logical_or(top_k <= 0, top_k >= vocabulary_size), vocabulary_size, top_k)
     kth_largest = ops.take_along_axis(descending, kept_count[:, None] - 1, axis=1)
     logits = ops.where(logits < kth_largest, -np.inf, logits)
     descending = ops.where(descending < kth_largest, -np.inf, descending)

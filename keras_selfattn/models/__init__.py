@@ -2,6 +2,7 @@
 
 from keras_selfattn.models.graph_transformer import (
     GRAPH_PRESETS,
+    GraphHeads,
     GraphTransformer,
     graph_transformer,
 )

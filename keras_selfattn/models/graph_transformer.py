@@ -9,6 +9,7 @@ from keras_selfattn.layers.relational_attention import RelationalAttention
 from keras_selfattn.models.config import (
     check_divisible_width,
     check_vocabulary_size,
+    renamed_argument,
     resolve_preset,
 )
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
@@ -33,7 +34,9 @@ GRAPH_PRESETS = {
 _BLOCK_PARTS = ("attention_norm", "attention", "feedforward_norm", "feedforward", "output")
 
 
-def graph_transformer(vocab_size, num_relations, preset="base", check_inputs=True, **overrides):
+def graph_transformer(
+    vocabulary_size=None, num_relations=None, preset="base", check_inputs=True, **overrides
+):
     """Builds a pre-norm Transformer encoder over a graph as a Functional model.
 
     Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
@@ -43,7 +46,7 @@ def graph_transformer(vocab_size, num_relations, preset="base", check_inputs=Tru
     `RelationalAttention` reads them). Output float32 node encodings
     `[batch, nodes, hidden_dim]`.
 
-    With `check_inputs` every token id must lie in `[0, vocab_size)` and
+    With `check_inputs` every token id must lie in `[0, vocabulary_size)` and
     every relation id in `[0, num_relations]`, else the call fails with a
     message naming `token_ids` or `relations` and the bound: a `ValueError`
     for values known at call time, an `InvalidArgumentError` in a
@@ -53,7 +56,8 @@ def graph_transformer(vocab_size, num_relations, preset="base", check_inputs=Tru
     `jax.jit` nothing is checked.
 
     Args:
-        vocab_size: number of token ids (>= 2), id 0 the padding.
+        vocabulary_size: number of token ids (>= 2), id 0 the padding
+            (`vocab_size=` is its old name).
         num_relations: number of relation types (>= 1).
         preset: `"base"`, `"small"` or `"tiny"`.
         check_inputs: whether token and relation ids are checked; `False`
@@ -68,13 +72,14 @@ def graph_transformer(vocab_size, num_relations, preset="base", check_inputs=Tru
         A `GraphTransformer`, whose `attention_scores` method gives a
         block's attention probabilities.
     """
-    check_vocabulary_size("vocab_size", vocab_size)
+    vocabulary_size = renamed_argument(overrides, "vocab_size", "vocabulary_size", vocabulary_size)
+    check_vocabulary_size("vocabulary_size", vocabulary_size)
     check_positive_int("num_relations", num_relations)
     if not isinstance(check_inputs, bool):
         raise ValueError(f"`check_inputs` must be True or False. Received: check_inputs={check_inputs!r}")
     config = resolve_preset("graph_transformer", GRAPH_PRESETS, preset, overrides)
     check_divisible_width(config["hidden_dim"], config["num_heads"])
-    layers = {"token_embedding": keras.layers.Embedding(vocab_size, config["hidden_dim"], name="token_embedding")}
+    layers = {"token_embedding": keras.layers.Embedding(vocabulary_size, config["hidden_dim"], name="token_embedding")}
     for index in range(config["num_layers"]):
         layers.update(_block_layers(index, num_relations, config, check_inputs))
     layers["encoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
@@ -175,7 +180,44 @@ class GraphTransformer(FamilyModel):
 
     _check_switch = "check_inputs"
 
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s `serving_default`: node tokens and relations
+        in, `encodings` and a per-row `status` out."""
+        from keras_selfattn.export import graph_signatures
+
+        options.refuse_others("graph")
+        return [graph_signatures.graph_endpoint(self, "encodings")], []
+
     def _input_bounds(self):
         if not self.checks_inputs:
             return {}
         return {"token_ids": ("token id", self.vocabulary_size)}
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class GraphHeads(FamilyModel):
+    """Heads over a `GraphTransformer`: a Functional model with inputs
+    `token_ids` and `relations` whose outputs are a dict of named heads
+    over the encoder's node encodings (the VarMisuse model is one)."""
+
+    builder_name = "keras_selfattn.models (heads over graph_transformer, with dict outputs)"
+
+    @classmethod
+    def _has_layout(cls, model):
+        try:
+            outputs, inputs = model.output, model.inputs
+        except (AttributeError, ValueError):  # a subclassed model: no symbolic outputs
+            return False
+        return (
+            isinstance(outputs, dict)
+            and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
+            and any(isinstance(layer, GraphTransformer) for layer in model.layers)
+        )
+
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s `serving_default`: the heads' named outputs
+        as float32, and a per-row `status`."""
+        from keras_selfattn.export import graph_signatures
+
+        options.refuse_others("graph")
+        return [graph_signatures.graph_endpoint(self, None)], []

@@ -18,7 +18,13 @@ from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.family_model import FamilyModel
-from keras_selfattn.models.image_common import NUM_DIFFERENCES, NUM_VALUES, coded_values, decoder_inputs
+from keras_selfattn.models.image_common import (
+    NUM_DIFFERENCES,
+    NUM_VALUES,
+    coded_values,
+    decoder_inputs,
+    position_grid,
+)
 from keras_selfattn.models.image_decoding import (
     generation_order,
     image_decoder_step,
@@ -90,6 +96,17 @@ class ImageTransformer(FamilyModel):
         (`"categorical"`, `"dmol"`), `hidden_dim`, `query_shape`."""
         return _image_decoder_config(self._named_layers)
 
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s signatures: `serving_default` (the forward
+        pass: `logits`, or `dmol_params` for a DMOL head), then `sample` and
+        `complete`, or `super_resolve` for a super-resolution model."""
+        from keras_selfattn.export import image_signatures
+        from keras_selfattn.export.serving_options import forward_endpoint
+
+        options.refuse_others("image")
+        forward = forward_endpoint(self, "dmol_params" if self.is_dmol else "logits")
+        return [forward] + image_signatures.image_endpoints(self), []
+
     @property
     def is_dmol(self):
         return self.decoder_config["head"] == "dmol"
@@ -123,6 +140,19 @@ class ImageTransformer(FamilyModel):
         target, x = self._run_to_block(x, block)
         h = target.self_attention_input(x)
         return keras.ops.reshape(h, (-1, math.prod(h.shape[1:-1]), h.shape[-1]))
+
+    def attention_scores(self, pixels, class_labels=None, block=-1):
+        """`[batch, heads, positions, positions]` self-attention
+        probabilities of decoder block `block` for the whole image `pixels
+        [batch, H, W, C]` (teacher forcing), positions in raster order of the
+        position grid (`image_common.position_grid`), zero where a query may
+        not attend."""
+        h = self.self_attention_inputs(pixels, class_labels, block)
+        attention = self.decoder_blocks[block].self_attention
+        if isinstance(attention, LocalAttention2D):
+            grid_shape = position_grid(self.image_shape, self.decoder_config["head"])
+            h = keras.ops.reshape(h, (-1, *grid_shape, h.shape[-1]))
+        return attention(h, use_causal_mask=True, return_attention_scores=True)[1]
 
     def call_with_cache(self, previous, step, caches, condition=None, **encoded):
         """`(outputs, caches)` for the position at `step` in generation order,

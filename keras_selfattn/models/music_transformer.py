@@ -209,6 +209,23 @@ class MusicTransformer(SequenceTransformer):
             top_k=top_k, top_p=top_p, seed=seed, note_event_ids=note_event_ids,
         )
 
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s signatures: `serving_default` (the forward
+        pass) and `generate` (`generate` per row, with the note rules of
+        `options.note_event_ids`), primer and new tokens up to
+        `options.max_length` (2048 by default)."""
+        from keras_selfattn.export import sequence_signatures
+        from keras_selfattn.export.serving_options import forward_endpoint
+        from keras_selfattn.generation.note_rules import NoteRules
+
+        options.refuse_others("music", "note_event_ids")
+        max_length = options.length_for(self, 2048)
+        note_rules = None
+        if options.note_event_ids is not None:
+            note_rules = NoteRules.from_event_ids(options.note_event_ids, self.vocabulary_size)
+        generate = sequence_signatures.generate_endpoint(self, max_length, note_rules)
+        return [forward_endpoint(self, "logits"), generate], []
+
     @classmethod
     def _has_layout(cls, model):
         layers = layers_by_name(model)

@@ -210,6 +210,27 @@ class TranslationTransformer(SequenceTransformer):
             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
         )
 
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s signatures: `serving_default` (the forward
+        pass), and with `options.tokenizer` `translate` (text in, text out,
+        up to `options.max_length` target tokens, 256 by default)."""
+        from keras_selfattn.export import sequence_signatures
+        from keras_selfattn.export.serving_options import forward_endpoint, sentencepiece_tokenizer
+
+        options.refuse_others("translation", "tokenizer")
+        max_length = options.length_for(self, 256)
+        endpoints = [forward_endpoint(self, "logits")]
+        if options.tokenizer is None:
+            return endpoints, []
+        # `generate` checks `beam_size` and `alpha` when the signature is traced.
+        sentencepiece, eos_id = sentencepiece_tokenizer(options.tokenizer)
+        translate = sequence_signatures.translate_endpoint(
+            self, sentencepiece, eos_id, max_length, options.beam_size, options.alpha
+        )
+        # The tokenizer's resource must be tracked by the exported object, or
+        # saving fails on an untracked resource.
+        return endpoints + [translate], [sentencepiece]
+
     @classmethod
     def _has_layout(cls, model):
         layers = layers_by_name(model)

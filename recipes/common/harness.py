@@ -209,6 +209,23 @@ def add_sampling_flags(parser, *, temperature=1.0, top_k=0, top_p=1.0):
     return group
 
 
+def add_renamed_flag(group, name, old_name, **kwargs):
+    """Adds the flag `name`, and its old spelling `old_name`, still accepted
+    (with a note on stderr) but left out of `--help`."""
+    group.add_argument(name, **kwargs)
+    destination = name.lstrip("-")
+
+    class OldSpelling(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"note: {old_name} is now called {name}", file=sys.stderr)
+            setattr(namespace, destination, values)
+
+    group.add_argument(
+        old_name, dest=destination, action=OldSpelling, type=kwargs.get("type"),
+        default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+    )
+
+
 def _typed(convert, check, expected):
     def parse(text):
         try:

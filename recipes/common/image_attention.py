@@ -1,5 +1,5 @@
 """One query pixel's attention weights in an Image Transformer's decoder,
-as the decoder block's self-attention layer returns them.
+as the model's `attention_scores` returns them.
 
 The query is the pixel's first sub-pixel; a key pixel's weight is the sum
 over its sub-pixels. What a query may see follows its layer: `global`
@@ -23,32 +23,30 @@ def decoder_inputs(model, image, class_label=None, block_index=-1):
     self-attention `[1, positions, hidden]` in raster order of the position
     grid, and that grid's `(rows, columns)`, for `image [H, W, C]`."""
     model = ImageTransformer.from_model(model)
-    pixels = ops.convert_to_tensor(np.asarray(image, "int32")[None])
-    labels = None if class_label is None else ops.convert_to_tensor(np.array([class_label], "int32"))
+    pixels, labels = _batch_of_one(image, class_label)
     h = model.self_attention_inputs(pixels, labels, block_index)
     grid_shape = position_grid(model.image_shape, model.decoder_config["head"])
     return model, model.decoder_blocks[block_index], h, grid_shape
 
 
-def query_attention(attention, h, grid_shape, query):
+def query_attention(model, image, query, class_label=None, block_index=-1):
     """`([heads, positions] weights, memory box)`: the softmax weights of
-    the query position `(row, column)` over the grid in raster order (zero
-    where it cannot attend), as the self-attention layer `attention` returns
-    them for its input `h`, and the memory box `(top, left, bottom, right)`
-    in grid units (`None` unless local 2D)."""
-    scores = ops.convert_to_numpy(causal_scores(attention, h, grid_shape))
+    the query position `(row, column)` of the position grid over the grid in
+    raster order (zero where it cannot attend), as the model's
+    `attention_scores` gives them, and the memory box `(top, left, bottom,
+    right)` in grid units (`None` unless local 2D)."""
+    model = ImageTransformer.from_model(model)
+    scores = ops.convert_to_numpy(model.attention_scores(*_batch_of_one(image, class_label), block_index))
+    grid_shape = position_grid(model.image_shape, model.decoder_config["head"])
     weights = scores[0, :, query[0] * grid_shape[1] + query[1]]
+    attention = model.decoder_blocks[block_index].self_attention
     return weights, memory_box(attention, grid_shape, query)
 
 
-def causal_scores(attention, h, grid_shape):
-    """`[1, heads, positions, positions]`: the causal attention scores of
-    the layer for `h [1, positions, hidden]`, positions in raster order of
-    the grid (a local 2D layer reads `h` as the grid)."""
-    if isinstance(attention, LocalAttention2D):
-        h = ops.reshape(h, (1, *grid_shape, h.shape[-1]))
-    _, scores = attention(h, use_causal_mask=True, return_attention_scores=True)
-    return scores
+def _batch_of_one(image, class_label):
+    pixels = ops.convert_to_tensor(np.asarray(image, "int32")[None])
+    labels = None if class_label is None else ops.convert_to_tensor(np.array([class_label], "int32"))
+    return pixels, labels
 
 
 def memory_box(attention, grid_shape, query):
@@ -70,10 +68,11 @@ def attention_map(model, image, pixel, class_label=None, block_index=-1):
     query pixel `(row, column)` of `image [H, W, C]` in decoder block
     `block_index` (default: the last)."""
     image = np.asarray(image)
-    _, block, h, grid_shape = decoder_inputs(model, image, class_label, block_index)
+    model = ImageTransformer.from_model(model)
+    grid_shape = position_grid(model.image_shape, model.decoder_config["head"])
     positions_per_pixel = grid_shape[1] // image.shape[1]  # sub-pixels, or 1
     query = (pixel[0], pixel[1] * positions_per_pixel)
-    weights, box = query_attention(block.self_attention, h, grid_shape, query)
+    weights, box = query_attention(model, image, query, class_label, block_index)
     heads = weights.shape[0]
     per_pixel = weights.reshape(heads, image.shape[0], image.shape[1], positions_per_pixel).sum(-1)
     if box is not None:

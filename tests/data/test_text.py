@@ -256,7 +256,7 @@ def test_train_sentencepiece_ids_and_file(model_file):
 
 def test_vocabulary_larger_than_the_text_names_vocab_size(pairs_file, tmp_path):
     pairs, _ = text.read_pairs_tsv(pairs_file)
-    with pytest.raises(ValueError, match=r"--vocab_size.* 5000 .*at most \d+"):
+    with pytest.raises(ValueError, match=r"--vocabulary_size.* 5000 .*at most \d+"):
         text.train_sentencepiece([side for pair in pairs for side in pair], tmp_path / "spm", 5000)
 
 

@@ -112,3 +112,18 @@ def test_image_self_attention_inputs_feed_the_first_block():
     assert h.shape == (2, 4 * 12, model.decoder_config["hidden_dim"])
     other_class = keras.ops.convert_to_numpy(model.self_attention_inputs(pixels, np.array([2, 1]), block=0))
     assert not np.allclose(h[0], other_class[0]) and np.allclose(h[1], other_class[1])
+
+
+@pytest.mark.parametrize("attention", ["global", "local_2d"])
+def test_image_attention_scores_are_the_first_blocks_probabilities(attention):
+    settings = dict(IMAGE, attention=attention)
+    model = image_transformer((4, 4, 3), num_classes=3, **settings)
+    pixels = RNG.integers(0, 256, (2, 4, 4, 3)).astype("int32")
+    scores = keras.ops.convert_to_numpy(model.attention_scores(pixels, np.array([0, 1]), block=0))
+    heads = model.decoder_blocks[0].self_attention.num_heads
+    assert scores.shape == (2, heads, 48, 48)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    if attention == "global":
+        assert np.all(np.triu(scores, 1) == 0), "a sub-pixel attends to a later one"
+    other_class = keras.ops.convert_to_numpy(model.attention_scores(pixels, np.array([2, 1]), block=0))
+    assert not np.allclose(scores[0], other_class[0]) and np.allclose(scores[1], other_class[1])

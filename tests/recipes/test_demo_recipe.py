@@ -54,7 +54,7 @@ def run(inputs):
     out = root / "out"
     report, printed = _run([
         *argv, "--model", str(root / "music.keras"), "--model_dir", str(out), "--seeds", "3", "4",
-        "--temperature", "0.9", "--training_steps", "2", "--sequence_length", "32", "--eval_chunks", "2",
+        "--temperature", "0.9", "--training_steps", "2", "--sequence_length", "32", "--eval_examples", "2",
     ])
     return out, report, printed
 

@@ -55,6 +55,20 @@ def test_every_flag_is_explained_in_help():
         assert flag in text
 
 
+def test_a_renamed_flag_keeps_its_old_spelling_out_of_help(capsys):
+    parser = _parser()
+    harness.add_renamed_flag(parser, "--eval_examples", "--eval_chunks", type=harness.non_negative_int, default=0)
+    assert parser.parse_args(["--model_dir", "m"]).eval_examples == 0
+    assert parser.parse_args(["--model_dir", "m", "--eval_examples", "3"]).eval_examples == 3
+    assert parser.parse_args(["--model_dir", "m", "--eval_chunks", "5"]).eval_examples == 5
+    assert "note: --eval_chunks is now called --eval_examples" in capsys.readouterr().err
+    text = parser.format_help()
+    assert "--eval_examples" in text and "--eval_chunks" not in text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model_dir", "m", "--eval_chunks", "-1"])
+    assert "--eval_chunks: expected an integer >= 0, got '-1'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, expected",
     [

@@ -162,7 +162,7 @@ def test_attention_weights_reproduce_the_layer_output(attention, overrides):
     full = keras.ops.convert_to_numpy(layer(layer_input, use_causal_mask=True)).reshape(48, -1)
     values = keras.ops.convert_to_numpy(layer.value_dense(h))[0]  # [positions, heads, dim]
     for query in [(0, 0), (1, 7), (2, 5), (3, 11)]:
-        weights, box = image_attention.query_attention(layer, h, grid_shape, query)
+        weights, box = image_attention.query_attention(model, image, query)
         np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
         if grid:
             top, left, bottom, right = box

@@ -272,7 +272,7 @@ def test_mixed_precision_run_trains_saves_and_continues(midi_dir, data_dir, tmp_
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
         "--mixed_precision", policy, "--primer_events", "16", "--generate_events", "8",
-        "--eval_chunks", "2", *TINY,
+        "--eval_examples", "2", *TINY,
     ]
     report, _ = _main(argv)
     assert report["run"]["dtype_policy"] == policy

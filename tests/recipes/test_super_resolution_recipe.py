@@ -54,8 +54,8 @@ def short_run(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("super_resolution")
     argv = [
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
-        "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "2", "--steps_per_epoch", "2",
-        "--upsampler_epochs", "2", "--batch_size", "4", "--eval_images", "3", "--temperatures", "0,1",
+        "--image_size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "2", "--steps_per_epoch", "2",
+        "--upsampler_epochs", "2", "--batch_size", "4", "--eval_examples", "3", "--temperatures", "0,1",
         "--grid_rows", "2", "--verbose", "0", "--seed", "2",
     ]
     interrupt = _Interrupt()
@@ -87,8 +87,8 @@ def test_help_explains_every_flag():
         assert action.help, f"{action.option_strings} has no help text"
     text = parser.format_help()
     for flag in (
-        "--dataset", "--image_dir", "--size", "--scale", "--attention", "--preset", "--temperatures",
-        "--eval_images", "--strategy", "--mixed_precision", "--model_dir", "--export_dir",
+        "--dataset", "--image_dir", "--image_size", "--scale", "--attention", "--preset", "--temperatures",
+        "--eval_examples", "--strategy", "--mixed_precision", "--model_dir", "--export_dir",
     ):
         assert flag in text
 
@@ -252,7 +252,7 @@ def test_greedy_outputs_are_the_saved_and_exported_models(short_run):
 
 
 def test_bad_flags_are_clear_errors(tmp_path):
-    with pytest.raises(super_resolution.harness.UsageError, match="--scale 3 must divide --size 32"):
+    with pytest.raises(super_resolution.harness.UsageError, match="--scale 3 must divide --image_size 32"):
         super_resolution.parse_args(["--model_dir", str(tmp_path), "--scale", "3"])
     with pytest.raises(SystemExit):
         with contextlib.redirect_stderr(io.StringIO()):
@@ -327,7 +327,7 @@ def small_folder_run(tmp_path_factory):
     folder = recipe_checks.write_pictures(tmp_path_factory.mktemp("photos"), 15, (20, 24, 3), seed=5, stem="photo")
     model_dir = tmp_path_factory.mktemp("small_folder")
     argv = [
-        "--image_dir", str(folder), "--size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1",
+        "--image_dir", str(folder), "--image_size", "8", "--scale", "2", "--preset", "tiny", "--epochs", "1",
         "--steps_per_epoch", "1", "--upsampler_epochs", "1", "--temperatures", "0", "--verbose", "0",
     ]
     report, printed = recipe_checks.run_recipe(super_resolution.main, [*argv, "--model_dir", str(model_dir)])

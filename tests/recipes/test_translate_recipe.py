@@ -129,9 +129,9 @@ def test_the_model_is_tied_and_reloads(short_run):
     model = keras.models.load_model(model_dir / "translation.keras")
     logits = model.get_layer("logits")
     assert logits.embedding is model.get_layer("source_embedding")
-    # The default --vocab_size, 8000, is more than the text supports: as many pieces as it does.
+    # The default --vocabulary_size, 8000, is more than the text supports: as many pieces as it does.
     supported = int(printed.split("the training text supports at most ")[1].split()[0])
-    assert 40 < logits.units == report["model"]["vocab_size"] == supported < translate.DEFAULT_VOCAB_SIZE
+    assert 40 < logits.units == report["model"]["vocabulary_size"] == supported < translate.DEFAULT_VOCAB_SIZE
     assert model.count_params() == report["model"]["parameters"]
     recipe_checks.assert_report_records_the_scored_model(model_dir, "translation")
 
@@ -177,8 +177,8 @@ def test_bad_flags_are_usage_errors(argv, message, tmp_path, capsys):
 
 
 def test_a_vocabulary_too_large_for_the_text_names_the_flag(pairs_tsv, tmp_path):
-    with pytest.raises(translate.harness.UsageError, match="`--vocab_size` 5000 is larger"):
-        translate.main(["--pairs_tsv", str(pairs_tsv), "--model_dir", str(tmp_path), "--vocab_size", "5000",
+    with pytest.raises(translate.harness.UsageError, match="`--vocabulary_size` 5000 is larger"):
+        translate.main(["--pairs_tsv", str(pairs_tsv), "--model_dir", str(tmp_path), "--vocabulary_size", "5000",
                         "--verbose", "0"])
 
 

@@ -17,7 +17,7 @@ Pairs, as lists of `(source, target)` strings:
 - `split_pairs(pairs, held_out_fraction, seed)`: a deterministic held-out
   split; no source sentence is in both parts.
 
-Tokens: `train_sentencepiece(texts, model_prefix, vocab_size)` trains one
+Tokens: `train_sentencepiece(texts, model_prefix, vocabulary_size)` trains one
 joint vocabulary (`PAD_ID = 0`, `EOS_ID = 1`, `UNK_ID = 2`, no BOS) and
 `tokenizer_from_file(path)` loads it as a `tensorflow_text.SentencepieceTokenizer`
 that appends EOS, the tokenizer of the pipeline and of the exported

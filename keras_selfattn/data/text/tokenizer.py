@@ -19,26 +19,26 @@ def _model_prefix(model_prefix):
     return path.with_suffix("") if path.suffix == MODEL_SUFFIX else path
 
 
-def _vocab_size_error(vocab_size, error):
-    """A `ValueError` naming `--vocab_size` for SentencePiece's size errors,
+def _vocabulary_size_error(vocabulary_size, error):
+    """A `ValueError` naming `--vocabulary_size` for SentencePiece's size errors,
     `None` for other errors."""
     message = str(error)
     if "Vocabulary size too high" in message:
         limit = _LIMIT.search(message)
         at_most = f"at most {limit.group(1)}" if limit else "smaller"
         return ValueError(
-            f"`--vocab_size` {vocab_size} is larger than the training text supports: SentencePiece finds "
-            f"{at_most} pieces in it. Use a smaller `--vocab_size` or more text. SentencePiece said: {message}"
+            f"`--vocabulary_size` {vocabulary_size} is larger than the training text supports: SentencePiece finds "
+            f"{at_most} pieces in it. Use a smaller `--vocabulary_size` or more text. SentencePiece said: {message}"
         )
     if "Vocabulary size is smaller than required_chars" in message:
         return ValueError(
-            f"`--vocab_size` {vocab_size} is smaller than the number of characters the training text needs. "
-            f"Use a larger `--vocab_size`. SentencePiece said: {message}"
+            f"`--vocabulary_size` {vocabulary_size} is smaller than the number of characters the training text needs. "
+            f"Use a larger `--vocabulary_size`. SentencePiece said: {message}"
         )
     return None
 
 
-def train_sentencepiece(texts, model_prefix, vocab_size, *, model_type="unigram",
+def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="unigram",
                         max_sentences=MAX_TRAINING_SENTENCES, seed=0):
     """Trains one joint SentencePiece vocabulary on `texts` and saves it.
 
@@ -53,7 +53,7 @@ def train_sentencepiece(texts, model_prefix, vocab_size, *, model_type="unigram"
             skipped.
         model_prefix: where to save: `"dir/spm"` writes `dir/spm.model` and
             `dir/spm.vocab` (a `".model"` path is taken as its prefix).
-        vocab_size: the number of pieces, the ids `0 .. vocab_size - 1`.
+        vocabulary_size: the number of pieces, the ids `0 .. vocabulary_size - 1`.
         model_type: `"unigram"` (SentencePiece's default) or `"bpe"`.
         max_sentences: at most this many sentences, sampled, train the
             model (`input_sentence_size`), so WMT-sized text fits in memory.
@@ -63,14 +63,14 @@ def train_sentencepiece(texts, model_prefix, vocab_size, *, model_type="unigram"
         The `Path` of the `.model` file.
 
     Raises:
-        ValueError: `vocab_size` is more than the text supports or fewer
-            than its characters (the message names `--vocab_size`), or
+        ValueError: `vocabulary_size` is more than the text supports or fewer
+            than its characters (the message names `--vocabulary_size`), or
             `texts` holds no text.
     """
     import sentencepiece
 
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 4:
-        raise ValueError(f"`--vocab_size` must be an int >= 4. Received: vocab_size={vocab_size!r}")
+    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or vocabulary_size < 4:
+        raise ValueError(f"`--vocabulary_size` must be an int >= 4. Received: vocabulary_size={vocabulary_size!r}")
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"`model_type` must be one of ('unigram', 'bpe'). Received: model_type={model_type!r}")
     sentences = [text for text in texts if text and not text.isspace()]
@@ -81,13 +81,13 @@ def train_sentencepiece(texts, model_prefix, vocab_size, *, model_type="unigram"
     sentencepiece.set_random_generator_seed(seed)
     try:
         sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocab_size,
+            sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocabulary_size,
             model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
             num_threads=max(1, min(16, os.cpu_count() or 1)), minloglevel=2,
         )
     except RuntimeError as error:
-        clear = _vocab_size_error(vocab_size, error)
+        clear = _vocabulary_size_error(vocabulary_size, error)
         if clear is None:
             raise
         raise clear from None
