@@ -4,6 +4,8 @@ the export's options. Each family class answers with `serving_endpoints`."""
 import dataclasses
 import os
 
+from keras_selfattn.layers.argument_checks import check_length
+
 # Which family each option belongs to, named when another family gets it.
 _OPTION_OWNERS = {"tokenizer": "translation", "note_event_ids": "music"}
 
@@ -28,17 +30,10 @@ class ServingOptions:
         """The longest sequence a signature generates: `max_length`, checked
         against the model's own maximum, else that maximum, else `default`."""
         limit = model.max_length
-        max_length = self.max_length
-        if max_length is None:
+        if self.max_length is None:
             return limit or default
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-            raise ValueError(f"`max_length` must be an integer >= 2. Received: max_length={max_length!r}")
-        if limit is not None and max_length > limit:
-            raise ValueError(
-                f"`max_length` must be at most {limit}, the model's maximum length. "
-                f"Received: max_length={max_length}"
-            )
-        return max_length
+        check_length("max_length", self.max_length, limit, minimum=2)
+        return self.max_length
 
 
 def forward_endpoint(model, output_name):

@@ -11,6 +11,7 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
+from keras_selfattn.layers.argument_checks import check_length
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.translation import TranslationTransformer
 from keras_selfattn.ops.masks import sequence_mask
@@ -68,7 +69,7 @@ def _continue_sequence(
             f"`primer` is longer than the model's maximum length {limit}. "
             f"Received: primer.shape={tuple(primer.shape)}"
         )
-    _check_count("max_new_tokens", max_new_tokens, None if limit is None else limit - width)
+    check_length("max_new_tokens", max_new_tokens, None if limit is None else limit - width)
     seed = resolve_seed(seed)
 
     def choose(logits, index):
@@ -238,7 +239,7 @@ def generate_translation(
     """The body of `TranslationTransformer.generate`."""
     check_sampling_arguments(temperature, top_k, top_p)
     source_tokens = _int_tokens("source_tokens", source_tokens, static_length=False)
-    _check_count("max_length", max_length, model.max_length)
+    check_length("max_length", max_length, model.max_length)
     vocabulary_size = model.vocabulary_size
     if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocabulary_size:
         raise ValueError(
@@ -302,16 +303,6 @@ def _int_tokens(name, tokens, static_length=True):
             f"Received: {name}.shape={tuple(tokens.shape)}, dtype={dtype}"
         )
     return ops.cast(tokens, "int32")
-
-
-def _check_count(name, value, limit):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
-    if limit is not None and value > limit:
-        raise ValueError(
-            f"`{name}` must be <= {limit}, the most the model's maximum length allows. "
-            f"Received: {name}={value}"
-        )
 
 
 def _column(tokens, index):

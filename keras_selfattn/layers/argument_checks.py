@@ -23,6 +23,18 @@ def check_non_negative_int(name, value):
     return int(value)
 
 
+def check_length(name, value, limit, minimum=1):
+    """`ValueError` naming `name` unless `value` is an int in `[minimum,
+    limit]` (`limit`: what the model's maximum length allows, or `None`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    if limit is not None and value > limit:
+        raise ValueError(
+            f"`{name}` must be <= {limit}, the most the model's maximum length allows. "
+            f"Received: {name}={value}"
+        )
+
+
 def check_optional_bool(name, value):
     """`value` unless it is neither `None` nor a bool."""
     if value is not None and not isinstance(value, bool):
