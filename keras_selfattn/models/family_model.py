@@ -42,10 +42,6 @@ class FamilyModel(keras.Model):
     builder_name = None
     # The family's name in `keras_selfattn.models.list_presets()`.
     family = None
-    # `{name: (description, hyperparameters)}` of the family's untrained
-    # architectures; a family class sets it.
-    architecture_presets = {}
-
     # Whether the family is built from hyperparameters (every family will
     # be; until then, a Functional model assembled by its builder).
     _constructed = False

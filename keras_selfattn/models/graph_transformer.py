@@ -151,6 +151,7 @@ class GraphTransformer(FamilyModel):
     """
 
     builder_name = "graph_transformer"
+    family = "graph"
 
     @classmethod
     def _has_layout(cls, model):

@@ -44,6 +44,7 @@ class ImageTransformer(FamilyModel):
     """
 
     builder_name = "image_transformer or image_super_resolution"
+    family = "image"
 
     @classmethod
     def _has_layout(cls, model):
@@ -169,6 +170,8 @@ class SuperResolutionTransformer(ImageTransformer):
     """An Image Transformer decoder over a low-resolution image
     (`image_super_resolution` builds it): inputs `{"low_resolution": [batch,
     h, w, C], "pixels": [batch, H, W, C]}`."""
+
+    family = "super_resolution"
 
     @property
     def low_resolution_shape(self):

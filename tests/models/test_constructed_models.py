@@ -144,3 +144,22 @@ def test_files_saved_as_functional_classes_by_an_earlier_version_load_and_genera
     source = np.array(expected["source"], "int32")
     translated = translation.generate(source, 5, temperature=1.0, seed=2)
     assert np.asarray(translated).tolist() == expected["translation_tokens"]
+
+
+def test_every_family_class_lists_its_presets_and_builds_them():
+    from keras_selfattn.models import (
+        GRAPH_PRESETS,
+        IMAGE_PRESETS,
+        SUPER_RESOLUTION_PRESETS,
+        GraphTransformer,
+        ImageTransformer,
+        SuperResolutionTransformer,
+    )
+
+    assert set(ImageTransformer.presets) == set(IMAGE_PRESETS)
+    assert set(SuperResolutionTransformer.presets) == set(SUPER_RESOLUTION_PRESETS)
+    assert set(GraphTransformer.presets) == set(GRAPH_PRESETS)
+    image = ImageTransformer.from_preset("tiny", image_shape=(4, 4, 3), num_layers=1)
+    assert type(image) is ImageTransformer and image.image_shape == (4, 4, 3)
+    graph = GraphTransformer.from_preset("tiny", vocabulary_size=9, num_relations=2, num_layers=1)
+    assert graph.vocabulary_size == 9 and graph.num_relations == 2
