@@ -74,8 +74,9 @@ FEATURES = {
     "test": Feature(("tests",), includes=("recipes", "jax", "export")),
 }
 # The rest of the package needs only `install_requires`: `translate_tokens`
-# with `beam_size` > 1 runs the beam extra's code.
-CORE = Feature(("keras_selfattn",), optional=("beam",))
+# with `beam_size` > 1 runs the beam extra's code, and a model's
+# `serving_endpoints` (what `export_for_serving` asks it) the serving extra's.
+CORE = Feature(("keras_selfattn",), optional=("beam", "serving"))
 
 
 def _owners():
