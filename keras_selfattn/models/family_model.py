@@ -42,9 +42,11 @@ class FamilyModel(keras.Model):
     builder_name = None
     # The family's name in `keras_selfattn.models.list_presets()`.
     family = None
-    # Whether the family is built from hyperparameters (every family will
-    # be; until then, a Functional model assembled by its builder).
-    _constructed = False
+    # A family built from hyperparameters reads, with this classmethod, the
+    # constructor arguments of a plain Functional model with its layer names
+    # (how earlier versions saved it). `None`: the family is still a
+    # Functional model assembled by its builder.
+    _saved_arguments = None
 
     def __init__(self, *args, hyperparameters=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -57,7 +59,7 @@ class FamilyModel(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        if not cls._constructed:
+        if not cls.built_from_hyperparameters():
             return super().from_config(config, custom_objects=custom_objects)
         if all(key in config for key in _FUNCTIONAL_CONFIG_KEYS):
             plain = keras.Model.from_config(config, custom_objects=custom_objects)
@@ -65,11 +67,10 @@ class FamilyModel(keras.Model):
         return cls(**config)
 
     @classmethod
-    def _saved_arguments(cls, model):
-        """The constructor arguments of `model`, a plain Functional model with
-        this family's layer names (how earlier versions saved it); a family
-        class says how to read them."""
-        raise NotImplementedError
+    def built_from_hyperparameters(cls):
+        """Whether `cls(**hyperparameters)` builds the model (`get_config`
+        returns them), rather than the family's builder function."""
+        return cls._saved_arguments is not None
 
     @classproperty
     def presets(cls):
@@ -122,7 +123,7 @@ class FamilyModel(keras.Model):
                 f"`model` must be a Keras model built by {cls.builder_name}. "
                 f"Received: model {name!r}"
             )
-        if cls._constructed:
+        if cls.built_from_hyperparameters():
             return _rebuilt(cls._view_class(model), model)
         if model not in _VIEWS:
             _VIEWS[model] = cls._view_class(model)(model.input, model.output, name=model.name)

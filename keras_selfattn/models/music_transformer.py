@@ -91,7 +91,6 @@ class MusicTransformer(SequenceTransformer):
 
     builder_name = "music_transformer"
     family = "music"
-    _constructed = True
 
     def __init__(
         self,

@@ -145,12 +145,13 @@ def build_preset(model_class, name, load_weights, overrides):
             f"`preset` must be one of {sorted(model_class.presets)} for {model_class.__name__}. "
             f"Received: preset={name!r}"
         )
-    if model_class._constructed:
-        unknown = sorted(set(overrides) - set(inspect.signature(model_class).parameters))
+    if model_class.built_from_hyperparameters():
+        valid = set(inspect.signature(model_class).parameters)
+        unknown = sorted(set(overrides) - valid)
         if unknown:
             raise ValueError(
                 f"Unknown arguments {unknown} for {model_class.__name__}.from_preset({name!r}); "
-                f"valid ones: the constructor's, {sorted(inspect.signature(model_class).parameters)}"
+                f"valid ones: the constructor's, {sorted(valid)}"
             )
         return model_class(**{**architectures[name], **overrides})
     from keras_selfattn import models

@@ -83,7 +83,6 @@ class TranslationTransformer(SequenceTransformer):
 
     builder_name = "transformer_translation"
     family = "translation"
-    _constructed = True
 
     def __init__(
         self,
