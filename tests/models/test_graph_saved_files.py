@@ -1,0 +1,34 @@
+"""Graph models saved by the version whose GraphTransformer was a Functional
+model assembled by `graph_transformer`, and whose VarMisuse model was a
+plain Functional model built by the recipe, load with the outputs they had
+then (`saved/graph_outputs.json`, written beside the files by that version)."""
+
+import json
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_selfattn.models import GraphTransformer
+
+SAVED = Path(__file__).with_name("saved")
+EXPECTED = json.loads((SAVED / "graph_outputs.json").read_text())
+INPUTS = {name: np.array(EXPECTED[name], "int32") for name in ("token_ids", "relations")}
+
+pytestmark = pytest.mark.backends("tensorflow", "jax", reason="loads files saved on TensorFlow")
+
+
+def test_a_saved_graph_transformer_loads_as_itself_with_its_outputs():
+    model = keras.models.load_model(SAVED / "graph_transformer_functional.keras")
+    assert type(model) is GraphTransformer
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(INPUTS)), EXPECTED["encodings"], atol=1e-5)
+    scores = model.attention_scores(INPUTS["token_ids"], INPUTS["relations"], block=0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), EXPECTED["attention_scores_block_0"], atol=1e-6)
+
+
+def test_a_saved_variable_misuse_model_gives_its_logits():
+    model = keras.models.load_model(SAVED / "variable_misuse_functional.keras", compile=False)
+    outputs = model(INPUTS, training=False)
+    for name in ("bug", "repair"):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs[name]), EXPECTED[name], atol=1e-5)
