@@ -15,10 +15,11 @@ and sibling, last use, last write and computed-from edges, each with its
 reverse. Any folder works, however small: a batch larger than the training
 part repeats functions, validation takes what is held out (up to 512).
 
-The model: `keras_selfattn.models.graph_transformer` (token embeddings,
-`--num_layers` pre-norm encoder blocks of relational attention, a final
-norm) and two pointer heads over its node encodings: the bug (position 0 is
-the no-bug slot) and the repair (any position holding the right variable).
+The model: `keras_selfattn.models.VariableMisuseModel` of `--preset` (a
+`GraphTransformer`: token embeddings, pre-norm encoder blocks of relational
+attention, a final norm) and two pointer heads over its node encodings: the
+bug (position 0 is the no-bug slot) and the repair (any position holding
+the right variable). The size flags replace the preset's sizes.
 The relation of a pair is its edge type where it has one, else its
 distance clipped to `--max_distance`; `--edges none` gives the same model
 distance relations only (a relative-position Transformer).
@@ -42,6 +43,7 @@ recipe makes them) and gives the `bug` and `repair` logits float32 `[B, N]`
 and each row's `status` string `[B]` (empty when the row was answered).
 
     python recipes/variable_misuse.py --model_dir runs/varmisuse --edges all
+    python recipes/variable_misuse.py --model_dir runs/varmisuse_tiny --preset tiny
     python recipes/variable_misuse.py --model_dir runs/varmisuse_none --edges none
     python recipes/variable_misuse.py --model_dir runs/varmisuse --edges all --evaluate_only
     python recipes/variable_misuse.py --model_dir runs/mine --source_dir ~/src/project
@@ -60,7 +62,7 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_selfattn.models import GraphTransformer, graph_transformer  # noqa: E402
+from keras_selfattn.models import VARIABLE_MISUSE_PRESETS, VariableMisuseModel, repair_loss  # noqa: E402
 from recipes.common import plots  # noqa: E402
 
 NAME = "variable_misuse"
@@ -120,24 +122,52 @@ def build_parser():
         "--max_distance", type=harness.positive_int, default=8,
         help="token distances are clipped to [-max_distance, max_distance]",
     )
-    model.add_argument("--num_layers", type=harness.positive_int, default=4, help="encoder blocks")
-    model.add_argument("--hidden_dim", type=harness.positive_int, default=64, help="model width")
-    model.add_argument("--num_heads", type=harness.positive_int, default=4, help="attention heads")
     model.add_argument(
-        "--feedforward_dim", type=harness.positive_int, default=128, help="feed-forward hidden width"
+        "--preset",
+        default="small",
+        choices=sorted(VARIABLE_MISUSE_PRESETS),
+        help="model size: small (4 layers, width 64, 4 heads, feed-forward 128, dropout 0.1) or "
+        "tiny (1 layer, width 16, 2 heads, feed-forward 16, no dropout; for tests)",
     )
-    model.add_argument("--dropout", type=harness.rate, default=0.1, help="dropout rate")
+    model.add_argument(
+        "--num_layers", type=harness.positive_int, default=None, help="encoder blocks (default: the preset's)"
+    )
+    model.add_argument(
+        "--hidden_dim", type=harness.positive_int, default=None, help="model width (default: the preset's)"
+    )
+    model.add_argument(
+        "--num_heads", type=harness.positive_int, default=None, help="attention heads (default: the preset's)"
+    )
+    model.add_argument(
+        "--feedforward_dim", type=harness.positive_int, default=None,
+        help="feed-forward hidden width (default: the preset's)",
+    )
+    model.add_argument("--dropout", type=harness.rate, default=None, help="dropout rate (default: the preset's)")
     harness.add_training_flags(parser, epochs=10, steps_per_epoch=200, batch_size=32, learning_rate=1e-3)
     return parser
 
 
+SIZE_FLAGS = ("num_layers", "hidden_dim", "num_heads", "feedforward_dim", "dropout")
+
+
 def parse_args(argv=None):
     args = build_parser().parse_args(argv)
-    if args.hidden_dim % args.num_heads:
+    sizes = model_sizes(args)
+    if sizes["hidden_dim"] % sizes["num_heads"]:
         raise harness.UsageError(
-            f"--hidden_dim ({args.hidden_dim}) must be a multiple of --num_heads ({args.num_heads})"
+            f"--hidden_dim ({sizes['hidden_dim']}) must be a multiple of --num_heads ({sizes['num_heads']})"
         )
     return args
+
+
+def size_overrides(args):
+    """The size flags given, which replace the preset's."""
+    return {name: getattr(args, name) for name in SIZE_FLAGS if getattr(args, name) is not None}
+
+
+def model_sizes(args):
+    """The model's sizes: the preset's, replaced by the size flags given."""
+    return {**VARIABLE_MISUSE_PRESETS[args.preset], **size_overrides(args)}
 
 
 # ------------------------------------------------------------------- data
@@ -264,42 +294,13 @@ def training_dataset(programs, arrays, args):
 # ------------------------------------------------------------------ model
 
 
-@keras.saving.register_keras_serializable(package="variable_misuse")
-def repair_loss(targets, logits):
-    """-log of the probability the repair pointer gives all positions that
-    hold the right variable together; 0 for a function without a bug."""
-    log_probabilities = keras.ops.log_softmax(logits, axis=-1)
-    on_target = keras.ops.where(targets > 0, log_probabilities, -1e9)
-    has_bug = keras.ops.any(targets > 0, axis=-1)
-    return keras.ops.where(has_bug, -keras.ops.logsumexp(on_target, axis=-1), 0.0)
-
-
-def _pointer(x, real, name):
-    """Logits over positions: one score per position, padding at -1e9."""
-    scores = keras.layers.Dense(1, name=f"{name}_score")(x)
-    scores = keras.ops.squeeze(keras.ops.cast(scores, "float32"), -1)
-    return keras.layers.Identity(name=name)(keras.ops.where(real, scores, -1e9))
-
-
 def build_model(args, vocabulary_size, num_relations):
-    """`(model, encoder)`: the two-pointer model over the node encodings of
-    `encoder`, a `GraphTransformer` (whose `attention_scores` the figure
-    reads); inputs `token_ids` `[batch, nodes]` and `relations` `[batch,
-    nodes, nodes]`, outputs the `bug` and `repair` logits `[batch, nodes]`."""
-    # Every size comes from the flags; relation embeddings on keys and
-    # values, shared by the heads, and no per-relation logit bias.
-    encoder = graph_transformer(
-        vocabulary_size, num_relations, preset="small", num_layers=args.num_layers,
-        hidden_dim=args.hidden_dim, num_heads=args.num_heads, feedforward_dim=args.feedforward_dim,
-        dropout=args.dropout, add_relative_bias=False, heads_share_relative_embedding=True,
+    """The `VariableMisuseModel` of `--preset` and the size flags: inputs
+    `token_ids` `[batch, nodes]` and `relations` `[batch, nodes, nodes]`,
+    outputs the `bug` and `repair` logits `[batch, nodes]`."""
+    return VariableMisuseModel.from_preset(
+        args.preset, vocabulary_size=vocabulary_size, num_relations=num_relations, **size_overrides(args),
     )
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    relations = keras.Input((None, None), dtype="int32", name="relations")
-    inputs = {"token_ids": token_ids, "relations": relations}
-    encodings = encoder(inputs)
-    real = keras.ops.not_equal(token_ids, 0)
-    outputs = {"bug": _pointer(encodings, real, "bug"), "repair": _pointer(encodings, real, "repair")}
-    return keras.Model(inputs, outputs, name=NAME), encoder
 
 
 def compile_model(model, args):
@@ -377,7 +378,7 @@ def _short(text, limit=18):
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def write_attention_figure(args, run, encoder, programs, held_out, arrays):
+def write_attention_figure(args, run, model, programs, held_out, arrays):
     """The last block's attention over the shortest held-out buggy function
     of 24 or more tokens (or the shortest buggy one), tokens on the axes."""
     buggy = [i for i, e in enumerate(held_out) if e.has_bug and len(e.graph.tokens) <= PLOT_MAX_TOKENS]
@@ -388,7 +389,7 @@ def write_attention_figure(args, run, encoder, programs, held_out, arrays):
     example = held_out[row]
     size = len(example.graph.tokens) + 1
     inputs = batch_inputs(programs, arrays, np.array([row]), args)
-    weights = encoder.attention_scores(inputs["token_ids"], inputs["relations"], block=-1)
+    weights = model.attention_scores(inputs["token_ids"], inputs["relations"], block=-1)
     weights = keras.ops.convert_to_numpy(keras.ops.cast(weights, "float32"))[0][:, :size, :size]
     labels = ["<no bug>"] + [
         f"{text} (bug: was {example.original_name})" if i == example.bug_position else _short(text)
@@ -409,7 +410,7 @@ def train(args, run, programs, data, callbacks):
     """Builds and fits the model; returns `(model, History)`."""
     num_relations = programs.num_relations(args.max_distance)
     with run.strategy.scope():
-        model, _ = build_model(args, len(data.vocabulary), num_relations)
+        model = build_model(args, len(data.vocabulary), num_relations)
         compile_model(model, args)
     validation_rows = spread_rows(len(data.held_out), VALIDATION_EXAMPLES)
     log_training_sizes(args, run, model, data, len(validation_rows))
@@ -430,18 +431,14 @@ def log_training_sizes(args, run, model, data, validation_count):
     train_count = len(data.train)
     repeats = f" (more than the {train_count} training functions: each batch repeats some)"
     run.log(
-        f"{NAME} (edges {args.edges}): {model.count_params():,} parameters; training {args.epochs} epochs x "
+        f"{NAME} ({args.preset}, edges {args.edges}): {model.count_params():,} parameters; "
+        f"training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size} functions{repeats if args.batch_size > train_count else ''}"
     )
     run.log(
         f"validation after each epoch: {validation_count} of the {len(data.held_out)} held-out functions "
         "(a curve to watch: nothing is chosen on it; the last epoch's model is the one scored)"
     )
-
-
-def encoder_of(model):
-    """The model's `GraphTransformer` (whose attention the figure shows)."""
-    return next(layer for layer in model.layers if isinstance(layer, GraphTransformer))
 
 
 def evaluate(args, run, programs, model, data):
@@ -469,7 +466,7 @@ def evaluate(args, run, programs, model, data):
             f"{harness.figure(sections['held_out_accuracy_without_self_swaps'][name], '.4f')} (baseline "
             f"{harness.figure(sections['majority_baseline_without_self_swaps'][name], '.4f')})"
         )
-    figure = write_attention_figure(args, run, encoder_of(model), programs, data.held_out, held_out)
+    figure = write_attention_figure(args, run, model, programs, data.held_out, held_out)
     return {**sections, "attention_figure": str(figure) if figure else None}
 
 
@@ -486,6 +483,7 @@ def main(argv=None, callbacks=()):
 
     data = load_data(args, run, programs)
     model, history = run.trained_or_saved(NAME, lambda: train(args, run, programs, data, callbacks))
+    model = VariableMisuseModel.from_model(model)  # a plain model, as earlier versions saved it
     with run.evaluation(NAME):
         report = {
             "relations": {
@@ -498,7 +496,7 @@ def main(argv=None, callbacks=()):
             **evaluate(args, run, programs, model, data),
         }
         run.export(model, NAME)
-        report = run.write_report(report, model=model)
+        report = run.write_report(report, model=model, model_settings={"preset": args.preset})
     run.finish()
     return report
 

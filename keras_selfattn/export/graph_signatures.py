@@ -4,21 +4,21 @@ encodings (or the heads' named outputs) and a per-row `status` out."""
 import tensorflow as tf
 
 from keras_selfattn.export import request_checks
-from keras_selfattn.models.graph_transformer import GraphTransformer
 
 
-def graph_endpoint(model, output_name):
+def graph_endpoint(model, encoder, output_name):
     """`serving_default(token_ids int32 [B, N], relations int32 [B, N, N])`
     -> `{output_name: float32 encodings, "status": string [B]}`, or with
     `output_name=None` the model's own dict of named outputs (heads over a
     `GraphTransformer`) and `status`.
 
-    A row whose token ids lie outside `[0, vocabulary_size)` or whose relation
-    ids lie outside `[0, num_relations]` gets its problem in `status` and
-    zeros in every other output; the model runs it as an empty graph, so it
-    fails no other row merged into its batch. `relations` whose node axes
-    differ from `token_ids`' fail the request (InvalidArgument)."""
-    encoder = _encoder(model)
+    `encoder` is the `GraphTransformer` that `model` is or holds: its
+    vocabulary and relation count bound the ids. A row whose token ids lie
+    outside `[0, vocabulary_size)` or whose relation ids lie outside `[0,
+    num_relations]` gets its problem in `status` and zeros in every other
+    output; the model runs it as an empty graph, so it fails no other row
+    merged into its batch. `relations` whose node axes differ from
+    `token_ids`' fail the request (InvalidArgument)."""
     vocabulary_size, num_relations = encoder.vocabulary_size, encoder.num_relations
     if output_name is None and "status" in model.output:
         raise ValueError(
@@ -56,13 +56,6 @@ def graph_endpoint(model, output_name):
         "relations": tf.TensorSpec([None, None, None], tf.int32, name="relations"),
     }
     return "serving_default", serve, [signature]
-
-
-def _encoder(model):
-    """The `GraphTransformer` that `model` is or holds."""
-    if isinstance(model, GraphTransformer):
-        return model
-    return next(layer for layer in model.layers if isinstance(layer, GraphTransformer))
 
 
 def _checked_layout(token_ids, relations):

@@ -12,9 +12,14 @@ from keras_selfattn.models.graph_transformer import GraphHeads, GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.translation import TranslationTransformer
+from keras_selfattn.models.variable_misuse import VariableMisuseModel
 
-# The model classes, each of which declares its serving signatures.
-FAMILY_CLASSES = (MusicTransformer, TranslationTransformer, ImageTransformer, GraphTransformer, GraphHeads)
+# The model classes, each of which declares its serving signatures; a model
+# of a class of its own before the generic heads over a graph encoder.
+FAMILY_CLASSES = (
+    MusicTransformer, TranslationTransformer, ImageTransformer, GraphTransformer, VariableMisuseModel,
+    GraphHeads,
+)
 
 
 def export_for_serving(
@@ -37,10 +42,12 @@ def export_for_serving(
     - every model: `serving_default`, the forward pass, keyed by the model's
       input names -> `logits` (`dmol_params` for a DMOL head, `encodings`
       for `graph_transformer`, whose inputs are `token_ids` int32 `[B, N]`
-      and `relations` int32 `[B, N, N]`). A Functional model with those two
-      inputs that holds a `GraphTransformer` (heads on its node encodings)
-      and has named outputs (a dict) gives those outputs, as float32. A
-      graph model's `serving_default` also outputs `status` string `[B]`, as
+      and `relations` int32 `[B, N, N]`). A `VariableMisuseModel` gives its
+      `bug` and `repair` logits float32 `[B, N]`; a Functional model with
+      those two inputs that holds a `GraphTransformer` (heads on its node
+      encodings) and has named outputs (a dict) gives those outputs, as
+      float32. A graph model's `serving_default` also outputs `status`
+      string `[B]`, as
       the generation signatures do: a row with a token id outside the
       vocabulary or a relation id outside `[0, num_relations]` gets its
       problem there and zeros in its other outputs.
@@ -146,8 +153,8 @@ def _family_model(model):
             continue
     raise ValueError(
         "`model` must be built by keras_selfattn.models (music_transformer, "
-        "transformer_translation, image_transformer, image_super_resolution or "
-        "graph_transformer), or be a Functional model with inputs token_ids and relations, "
+        "transformer_translation, image_transformer, image_super_resolution, "
+        "graph_transformer or VariableMisuseModel), or be a Functional model with inputs token_ids and relations, "
         "dict outputs, and a graph_transformer inside. "
         f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
     )

@@ -16,6 +16,7 @@ from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transfo
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,
     MaskedSparseCategoricalCrossentropy,
+    repair_loss,
 )
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, MusicTransformer, music_transformer
@@ -30,3 +31,4 @@ from keras_selfattn.models.translation import (
     TranslationTransformer,
     transformer_translation,
 )
+from keras_selfattn.models.variable_misuse import VARIABLE_MISUSE_PRESETS, VariableMisuseModel

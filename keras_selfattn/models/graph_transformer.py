@@ -1,18 +1,20 @@
 """A Transformer encoder over graphs: node tokens and typed relations
 (relational attention; Hellendoorn et al. 2020, GREAT)."""
 
+import dataclasses
+
 import keras
 from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.relational_attention import RelationalAttention
+from keras_selfattn.layers.transformer_block_parts import residual_connection
 from keras_selfattn.models.config import (
     check_divisible_width,
     check_vocabulary_size,
     renamed_argument,
     resolve_preset,
 )
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.family_model import FamilyModel
 
 GRAPH_PRESETS = {
@@ -31,13 +33,73 @@ GRAPH_PRESETS = {
     ),
 }
 
-_BLOCK_PARTS = ("attention_norm", "attention", "feedforward_norm", "feedforward", "output")
+
+@dataclasses.dataclass(frozen=True)
+class GraphEncoderBlock:
+    """The layers of one pre-norm encoder block, which the model calls one
+    by one.
+
+    Not a `TransformerEncoderBlock`: a `.keras` file keys each weight by the
+    position of its layer among the model's layers, so a model whose blocks
+    were single layers could not load the files of earlier versions, whose
+    Functional graph held these layers (named `encoder_block_{i}_<field>`).
+    The residual branches are `TransformerEncoderBlock`'s
+    (`residual_connection`, pre-norm); unlike its feedforward network, this
+    one has no dropout between its two layers.
+    """
+
+    attention_norm: keras.layers.Layer
+    attention: RelationalAttention
+    dropout: keras.layers.Layer
+    feedforward_norm: keras.layers.Layer
+    feedforward: keras.layers.Layer
+    output: keras.layers.Layer
+
+    def __call__(self, x, present, relations, training=None):
+        def attend(normed):
+            return self.attention(normed, query_mask=present, relations=relations, training=training)
+
+        x = residual_connection(x, attend, self.attention_norm, self.dropout, True, training)
+        return residual_connection(
+            x, lambda normed: self.output(self.feedforward(normed)), self.feedforward_norm, self.dropout,
+            True, training,
+        )
+
+    def attention_scores(self, x, present, relations):
+        """`[batch, heads, nodes, nodes]` attention probabilities of the block's input `x`."""
+        _, scores = self.attention(
+            self.attention_norm(x), query_mask=present, relations=relations, return_attention_scores=True
+        )
+        return scores
 
 
-def graph_transformer(
-    vocabulary_size=None, num_relations=None, preset="base", check_inputs=True, **overrides
-):
-    """Builds a pre-norm Transformer encoder over a graph as a Functional model.
+def _encoder_block(index, hyperparameters):
+    prefix = f"encoder_block_{index}_"
+    hidden_dim, dropout = hyperparameters["hidden_dim"], hyperparameters["dropout"]
+    return GraphEncoderBlock(
+        attention_norm=keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "attention_norm"),
+        attention=RelationalAttention(
+            num_heads=hyperparameters["num_heads"],
+            key_dim=hidden_dim // hyperparameters["num_heads"],
+            num_relations=hyperparameters["num_relations"],
+            add_relative_bias=hyperparameters["add_relative_bias"],
+            heads_share_relative_embedding=hyperparameters["heads_share_relative_embedding"],
+            dropout=dropout,
+            check_relations=hyperparameters["check_inputs"],
+            name=prefix + "attention",
+        ),
+        dropout=keras.layers.Dropout(dropout, name=prefix + "dropout"),
+        feedforward_norm=keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "feedforward_norm"),
+        feedforward=keras.layers.Dense(
+            hyperparameters["feedforward_dim"], activation="relu", name=prefix + "feedforward"
+        ),
+        output=keras.layers.Dense(hidden_dim, name=prefix + "output"),
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+class GraphTransformer(FamilyModel):
+    """A pre-norm Transformer encoder over graphs.
 
     Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
     nodes]}`: int32 node tokens (0 = padding: padded nodes neither attend
@@ -56,130 +118,99 @@ def graph_transformer(
     `jax.jit` nothing is checked.
 
     Args:
-        vocabulary_size: number of token ids (>= 2), id 0 the padding
-            (`vocab_size=` is its old name).
+        vocabulary_size: number of token ids (>= 2), id 0 the padding.
         num_relations: number of relation types (>= 1).
-        preset: `"base"`, `"small"` or `"tiny"`.
+        num_layers: encoder blocks.
+        hidden_dim: width of the model.
+        num_heads: attention heads (`key_dim = hidden_dim / num_heads`).
+        feedforward_dim: width of each block's feedforward layer.
+        dropout: dropout rate of attention and residual branches.
+        add_relative_bias: whether each block learns a logit bias per head
+            and relation (`RelationalAttention`).
+        heads_share_relative_embedding: whether one relation table serves
+            every head.
         check_inputs: whether token and relation ids are checked; `False`
             runs unchecked, and with XLA where Keras chooses it (an unknown
             relation id then adds no relation term; keep token ids in range).
-        **overrides: hyperparameters replacing the preset's: `num_layers`,
-            `hidden_dim`, `num_heads` (`key_dim = hidden_dim / num_heads`),
-            `feedforward_dim`, `dropout`, `add_relative_bias`,
-            `heads_share_relative_embedding`.
+        **kwargs: `name` and the other arguments of `keras.Model`.
 
-    Returns:
-        A `GraphTransformer`, whose `attention_scores` method gives a
-        block's attention probabilities.
-    """
-    vocabulary_size = renamed_argument(overrides, "vocab_size", "vocabulary_size", vocabulary_size)
-    check_vocabulary_size("vocabulary_size", vocabulary_size)
-    check_positive_int("num_relations", num_relations)
-    if not isinstance(check_inputs, bool):
-        raise ValueError(f"`check_inputs` must be True or False. Received: check_inputs={check_inputs!r}")
-    config = resolve_preset("graph_transformer", GRAPH_PRESETS, preset, overrides)
-    check_divisible_width(config["hidden_dim"], config["num_heads"])
-    layers = {"token_embedding": keras.layers.Embedding(vocabulary_size, config["hidden_dim"], name="token_embedding")}
-    for index in range(config["num_layers"]):
-        layers.update(_block_layers(index, num_relations, config, check_inputs))
-    layers["encoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    relations = keras.Input((None, None), dtype="int32", name="relations")
-    encodings = encode_graph(layers, token_ids, relations)
-    return GraphTransformer(
-        {"token_ids": token_ids, "relations": relations}, encodings, name="graph_transformer"
-    )
+    Example:
 
+    >>> import numpy as np
+    >>> model = GraphTransformer.from_preset("tiny", vocabulary_size=9, num_relations=3, num_layers=1)
+    >>> inputs = {"token_ids": np.array([[3, 4, 0]]), "relations": np.ones((1, 3, 3), "int32")}
+    >>> tuple(model(inputs).shape)
+    (1, 3, 32)
 
-def _block_layers(index, num_relations, config, check_relations):
-    prefix = f"encoder_block_{index}_"
-    hidden_dim, dropout = config["hidden_dim"], config["dropout"]
-    return {
-        prefix + "attention_norm": keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "attention_norm"),
-        prefix + "attention": RelationalAttention(
-            num_heads=config["num_heads"],
-            key_dim=hidden_dim // config["num_heads"],
-            num_relations=num_relations,
-            add_relative_bias=config["add_relative_bias"],
-            heads_share_relative_embedding=config["heads_share_relative_embedding"],
-            dropout=dropout,
-            check_relations=check_relations,
-            name=prefix + "attention",
-        ),
-        prefix + "feedforward_norm": keras.layers.LayerNormalization(epsilon=1e-6, name=prefix + "feedforward_norm"),
-        prefix + "feedforward": keras.layers.Dense(config["feedforward_dim"], activation="relu", name=prefix + "feedforward"),
-        prefix + "output": keras.layers.Dense(hidden_dim, name=prefix + "output"),
-        prefix + "dropout": keras.layers.Dropout(dropout, name=prefix + "dropout"),
-    }
-
-
-def encode_graph(layers, token_ids, relations, training=None, scores_of_block=None):
-    """The encoder's forward pass over its layers by name: float32 node
-    encodings, or with `scores_of_block` (an index, negative from the last)
-    that block's attention probabilities `[batch, heads, nodes, nodes]`."""
-    present = ops.not_equal(token_ids, 0)
-    x = layers["token_embedding"](token_ids)
-    num_blocks = len(numbered_layers(_attention_layers(layers), "encoder_block_"))
-    if scores_of_block is not None:
-        scores_of_block = range(num_blocks)[scores_of_block]
-    for index in range(num_blocks):
-        part = {name: layers[f"encoder_block_{index}_{name}"] for name in _BLOCK_PARTS + ("dropout",)}
-        attended = part["attention"](
-            part["attention_norm"](x), query_mask=present, relations=relations,
-            training=training, return_attention_scores=index == scores_of_block,
-        )
-        if index == scores_of_block:
-            return attended[1]
-        x = x + part["dropout"](attended, training=training)
-        hidden = part["feedforward"](part["feedforward_norm"](x))
-        x = x + part["dropout"](part["output"](hidden), training=training)
-    return ops.cast(layers["encoder_norm"](x), "float32")
-
-
-def _attention_layers(layers):
-    """`{"encoder_block_<i>": block i's attention layer}`."""
-    suffix = "_attention"
-    return {name[: -len(suffix)]: layer for name, layer in layers.items() if name.endswith(suffix)}
-
-
-@keras.saving.register_keras_serializable(package="keras_selfattn")
-class GraphTransformer(FamilyModel):
-    """A Transformer encoder over graphs (`graph_transformer` builds it).
-
-    Inputs `{"token_ids": [batch, nodes], "relations": [batch, nodes,
-    nodes]}`, output float32 node encodings `[batch, nodes, hidden_dim]`.
+    References:
+        Hellendoorn et al. 2020, https://openreview.net/forum?id=B1lnbRNtwr
     """
 
     builder_name = "graph_transformer"
     family = "graph"
 
-    @classmethod
-    def _has_layout(cls, model):
-        layers = layers_by_name(model)
-        inputs = {tensor.name for tensor in model.inputs}
-        needed = ("token_embedding", "encoder_block_0_attention", "encoder_norm")
-        return all(name in layers for name in needed) and inputs == {"token_ids", "relations"}
+    def __init__(
+        self,
+        vocabulary_size,
+        num_relations,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        feedforward_dim,
+        dropout=0.0,
+        add_relative_bias=True,
+        heads_share_relative_embedding=True,
+        check_inputs=True,
+        **kwargs,
+    ):
+        hyperparameters = dict(
+            vocabulary_size=vocabulary_size, num_relations=num_relations, num_layers=num_layers,
+            hidden_dim=hidden_dim, num_heads=num_heads, feedforward_dim=feedforward_dim, dropout=dropout,
+            add_relative_bias=add_relative_bias, heads_share_relative_embedding=heads_share_relative_embedding,
+            check_inputs=check_inputs,
+        )
+        check_graph_hyperparameters(hyperparameters)
+        self.token_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="token_embedding")
+        self.encoder_blocks = [_encoder_block(index, hyperparameters) for index in range(num_layers)]
+        self.encoder_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
 
-    @property
-    def num_relations(self):
-        return self._named_layers["encoder_block_0_attention"].num_relations
+        token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+        relations = keras.Input((None, None), dtype="int32", name="relations")
+        x, present = self._embed(token_ids)
+        for block in self.encoder_blocks:
+            x = block(x, present, relations)
+        encodings = ops.cast(self.encoder_norm(x), "float32")
+        kwargs.setdefault("name", "graph_transformer")
+        super().__init__(
+            {"token_ids": token_ids, "relations": relations}, encodings, hyperparameters=hyperparameters,
+            **kwargs,
+        )
+        self.vocabulary_size = vocabulary_size
+        self.num_relations = num_relations
+        self.checks_inputs = check_inputs
 
-    @property
-    def vocabulary_size(self):
-        return self._named_layers["token_embedding"].input_dim
-
-    @property
-    def checks_inputs(self):
-        """Whether token and relation ids are checked (`check_inputs`)."""
-        return self._named_layers["encoder_block_0_attention"].check_relations
+    def _embed(self, token_ids):
+        """`(token embeddings, present)`: `present` is True on real nodes."""
+        present = ops.not_equal(token_ids, 0)
+        return self.token_embedding(token_ids), present
 
     def attention_scores(self, token_ids, relations, block=-1):
         """`[batch, heads, nodes, nodes]` attention probabilities of encoder
         block `block` (an index, negative counting from the last)."""
         token_ids = self._checked_inputs({"token_ids": token_ids})["token_ids"]
-        return encode_graph(self._named_layers, token_ids, relations, scores_of_block=block)
+        target = self.encoder_blocks[block]
+        x, present = self._embed(token_ids)
+        for candidate in self.encoder_blocks:
+            if candidate is target:
+                return target.attention_scores(x, present, relations)
+            x = candidate(x, present, relations)
 
     _check_switch = "check_inputs"
+
+    def _input_bounds(self):
+        if not self.checks_inputs:
+            return {}
+        return {"token_ids": ("token id", self.vocabulary_size)}
 
     def serving_endpoints(self, options):
         """`export_for_serving`'s `serving_default`: node tokens and relations
@@ -187,19 +218,72 @@ class GraphTransformer(FamilyModel):
         from keras_selfattn.export import graph_signatures
 
         options.refuse_others("graph")
-        return [graph_signatures.graph_endpoint(self, "encodings")], []
+        return [graph_signatures.graph_endpoint(self, self, "encodings")], []
 
-    def _input_bounds(self):
-        if not self.checks_inputs:
-            return {}
-        return {"token_ids": ("token id", self.vocabulary_size)}
+    @classmethod
+    def _has_layout(cls, model):
+        """A plain Functional model as `graph_transformer` built them: inputs
+        `token_ids` and `relations`, one output, an embedding and relational
+        attention among its own layers."""
+        return (
+            {tensor.name for tensor in model.inputs} == {"token_ids", "relations"}
+            and len(model.outputs) == 1
+            and any(isinstance(layer, keras.layers.Embedding) for layer in model.layers)
+            and any(isinstance(layer, RelationalAttention) for layer in model.layers)
+        )
+
+    @classmethod
+    def _saved_arguments(cls, model):
+        """The hyperparameters of a plain model of `_has_layout`, read from
+        its layers by type, in the order its graph calls them."""
+        (embedding,) = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
+        attentions = [layer for layer in model.layers if isinstance(layer, RelationalAttention)]
+        dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+        attention = attentions[0]
+        return dict(
+            vocabulary_size=embedding.input_dim, num_relations=attention.num_relations,
+            num_layers=len(attentions), hidden_dim=embedding.output_dim, num_heads=attention.num_heads,
+            feedforward_dim=dense[0].units, dropout=attention.dropout,
+            add_relative_bias=attention.add_relative_bias,
+            heads_share_relative_embedding=attention.heads_share_relative_embedding,
+            check_inputs=attention.check_relations,
+        )
+
+
+def check_graph_hyperparameters(hyperparameters):
+    """`ValueError` naming the first hyperparameter of a graph encoder that
+    no model can have."""
+    check_vocabulary_size("vocabulary_size", hyperparameters["vocabulary_size"])
+    for name in ("num_relations", "num_layers", "hidden_dim", "num_heads", "feedforward_dim"):
+        check_positive_int(name, hyperparameters[name])
+    check_divisible_width(hyperparameters["hidden_dim"], hyperparameters["num_heads"])
+    if not 0.0 <= hyperparameters["dropout"] < 1.0:
+        raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={hyperparameters['dropout']!r}")
+    for name in ("add_relative_bias", "heads_share_relative_embedding", "check_inputs"):
+        if not isinstance(hyperparameters[name], bool):
+            raise ValueError(f"`{name}` must be True or False. Received: {name}={hyperparameters[name]!r}")
+
+
+def graph_transformer(
+    vocabulary_size=None, num_relations=None, preset="base", check_inputs=True, **overrides
+):
+    """A `GraphTransformer` of architecture preset `preset` (`"base"`,
+    `"small"` or `"tiny"`), its hyperparameters replaced by `overrides` (the
+    constructor's arguments). `vocab_size=` is the old name of
+    `vocabulary_size`."""
+    vocabulary_size = renamed_argument(overrides, "vocab_size", "vocabulary_size", vocabulary_size)
+    config = resolve_preset("graph_transformer", GRAPH_PRESETS, preset, overrides)
+    return GraphTransformer(
+        vocabulary_size=vocabulary_size, num_relations=num_relations, check_inputs=check_inputs, **config
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 class GraphHeads(FamilyModel):
     """Heads over a `GraphTransformer`: a Functional model with inputs
     `token_ids` and `relations` whose outputs are a dict of named heads
-    over the encoder's node encodings (the VarMisuse model is one)."""
+    over the encoder's node encodings, for heads that have no class of
+    their own (`VariableMisuseModel` has one)."""
 
     builder_name = "keras_selfattn.models (heads over graph_transformer, with dict outputs)"
 
@@ -212,7 +296,7 @@ class GraphHeads(FamilyModel):
         return (
             isinstance(outputs, dict)
             and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
-            and any(isinstance(layer, GraphTransformer) for layer in model.layers)
+            and held_encoder(model) is not None
         )
 
     def serving_endpoints(self, options):
@@ -221,4 +305,9 @@ class GraphHeads(FamilyModel):
         from keras_selfattn.export import graph_signatures
 
         options.refuse_others("graph")
-        return [graph_signatures.graph_endpoint(self, None)], []
+        return [graph_signatures.graph_endpoint(self, held_encoder(self), None)], []
+
+
+def held_encoder(model):
+    """The `GraphTransformer` among `model`'s layers, or `None`."""
+    return next((layer for layer in model.layers if isinstance(layer, GraphTransformer)), None)

@@ -1,4 +1,5 @@
-"""Training losses: label-smoothed token cross-entropy and the DMOL pixel loss."""
+"""Training losses: label-smoothed token cross-entropy, the DMOL pixel loss and
+the VarMisuse repair pointer's loss."""
 
 import keras
 from keras import ops
@@ -190,3 +191,27 @@ class DiscretizedMixtureLogisticsLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         return dmol_negative_log_likelihood(y_pred, y_true) / float(NUM_CHANNELS)
+
+
+# Also registered under the recipe's old name: models compiled by earlier
+# versions of recipes/variable_misuse.py load without importing the recipe.
+# The decorator applied last gives the name new files are saved with.
+@keras.saving.register_keras_serializable(package="keras_selfattn")
+@keras.saving.register_keras_serializable(package="variable_misuse", name="repair_loss")
+def repair_loss(targets, logits):
+    """The VarMisuse repair pointer's loss: `-log` of the probability the
+    pointer gives all the positions that hold the right variable together,
+    0 for a function without a bug.
+
+    Args:
+        targets: `[batch, nodes]`, > 0 where a node holds the right variable
+            (all zero: no bug).
+        logits: float `[batch, nodes]` pointer logits.
+
+    Returns:
+        float32 `[batch]`.
+    """
+    log_probabilities = ops.log_softmax(logits, axis=-1)
+    on_target = ops.where(targets > 0, log_probabilities, -1e9)
+    has_bug = ops.any(targets > 0, axis=-1)
+    return ops.where(has_bug, -ops.logsumexp(on_target, axis=-1), 0.0)

@@ -84,6 +84,7 @@ def _architecture_presets():
     from keras_selfattn.models.music_transformer import MUSIC_PRESETS
     from keras_selfattn.models.super_resolution import SUPER_RESOLUTION_PRESETS
     from keras_selfattn.models.translation import TRANSLATION_PRESETS
+    from keras_selfattn.models.variable_misuse import VARIABLE_MISUSE_PRESETS
 
     return [
         ("music", "music_transformer", MUSIC_PRESETS),
@@ -91,6 +92,7 @@ def _architecture_presets():
         ("image", "image_transformer", IMAGE_PRESETS),
         ("super_resolution", "image_super_resolution", SUPER_RESOLUTION_PRESETS),
         ("graph", "graph_transformer", GRAPH_PRESETS),
+        ("variable_misuse", "VariableMisuseModel.from_preset", VARIABLE_MISUSE_PRESETS),
     ]
 
 

@@ -1,4 +1,5 @@
-"""`export_for_serving` of heads over a `graph_transformer`: serving_default
+"""`export_for_serving` of heads over a `graph_transformer` (a `VariableMisuseModel`
+or a Functional model of heads): serving_default
 takes token_ids and relations and gives the heads' named outputs, and each
 row's `status`: a row with a bad id spares the others merged with it."""
 
@@ -11,6 +12,7 @@ pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels for TF Servi
 import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import export_for_serving  # noqa: E402
+from keras_selfattn.export.serving_options import ServingOptions  # noqa: E402
 from keras_selfattn.models import graph_transformer  # noqa: E402
 
 VOCABULARY, NUM_RELATIONS = 19, 4
@@ -132,3 +134,40 @@ def test_heads_without_a_graph_transformer_and_foreign_arguments_are_refused(tmp
     with pytest.raises(ValueError, match="`note_event_ids` is for music models only"):
         export_for_serving(heads_model(), tmp_path, name="heads", note_event_ids=((1, 2), (3, 4)))
     assert not (tmp_path / "heads").exists()
+
+
+def test_a_variable_misuse_model_exports_its_pointers_through_its_own_signatures(tmp_path):
+    """`VariableMisuseModel.serving_endpoints`: `bug` and `repair` logits and
+    `status`; a bad row spares the others; a plain model saved by an earlier
+    recipe exports as the class, with the logits it gave then."""
+    import json
+    from pathlib import Path
+
+    from keras_selfattn.models import VariableMisuseModel
+
+    model = VariableMisuseModel.from_preset("tiny", vocabulary_size=VOCABULARY, num_relations=NUM_RELATIONS)
+    endpoints, resources = model.serving_endpoints(ServingOptions())
+    assert [name for name, _, _ in endpoints] == ["serving_default"] and resources == []
+    serve = tf.saved_model.load(export_for_serving(model, tmp_path, name="varmisuse")).signatures["serving_default"]
+    inputs = graph_inputs(3, 6)
+    outputs = {key: value.numpy() for key, value in serve(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
+    assert set(outputs) == {"bug", "repair", "status"}
+    expected = model(inputs, training=False)
+    for name in ("bug", "repair"):
+        np.testing.assert_allclose(outputs[name], keras.ops.convert_to_numpy(expected[name]), atol=1e-5)
+    bad = dict(inputs, relations=inputs["relations"].copy())
+    bad["relations"][1, 2, 3] = NUM_RELATIONS + 1
+    outputs = serve(**{k: tf.constant(v) for k, v in bad.items()})
+    assert outputs["status"].numpy()[1].decode().startswith("`relations` must be relation ids in [0, 4]")
+    np.testing.assert_array_equal(outputs["bug"].numpy()[1], 0.0)
+    with pytest.raises(ValueError, match="`tokenizer` is for translation models only. Received a variable_misuse"):
+        export_for_serving(model, tmp_path, name="other", tokenizer=b"spm")
+
+    saved = Path(__file__).parents[1] / "models" / "saved"
+    expected = json.loads((saved / "graph_outputs.json").read_text())
+    plain = keras.models.load_model(saved / "variable_misuse_functional.keras", compile=False)
+    serve = tf.saved_model.load(export_for_serving(plain, tmp_path, name="earlier")).signatures["serving_default"]
+    outputs = serve(**{name: tf.constant(expected[name], tf.int32) for name in ("token_ids", "relations")})
+    assert outputs["status"].numpy().tolist() == [b"", b""]
+    for name in ("bug", "repair"):
+        np.testing.assert_allclose(outputs[name].numpy(), expected[name], atol=1e-5)

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_selfattn.models import GraphTransformer
+from keras_selfattn.models import GraphTransformer, VariableMisuseModel
 
 SAVED = Path(__file__).with_name("saved")
 EXPECTED = json.loads((SAVED / "graph_outputs.json").read_text())
@@ -32,3 +32,25 @@ def test_a_saved_variable_misuse_model_gives_its_logits():
     outputs = model(INPUTS, training=False)
     for name in ("bug", "repair"):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs[name]), EXPECTED[name], atol=1e-5)
+
+
+def test_a_saved_variable_misuse_model_becomes_the_class_with_its_logits():
+    """The recipe saved a plain Functional model (compiled with its repair
+    loss under the recipe's name): `from_model` rebuilds it as the class."""
+    plain = keras.models.load_model(SAVED / "variable_misuse_functional.keras")
+    assert keras.saving.get_registered_name(plain.loss["repair"]) == "keras_selfattn>repair_loss"
+    model = VariableMisuseModel.from_model(plain)
+    assert type(model) is VariableMisuseModel and model is not plain
+    assert model.get_config()["num_layers"] == 1 and model.get_config()["dropout"] == 0.1
+    outputs = model(INPUTS, training=False)
+    for name in ("bug", "repair"):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs[name]), EXPECTED[name], atol=1e-5)
+    assert VariableMisuseModel.from_model(model) is model
+
+
+def test_a_plain_functional_graph_transformer_is_rebuilt_as_the_class():
+    saved = keras.models.load_model(SAVED / "graph_transformer_functional.keras")
+    plain = keras.Model(saved.input, saved.output)
+    rebuilt = GraphTransformer.from_model(plain)
+    assert type(rebuilt) is GraphTransformer and rebuilt.get_config() == saved.get_config() | {"name": plain.name}
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(rebuilt(INPUTS)), EXPECTED["encodings"], atol=1e-5)

@@ -7,6 +7,7 @@ figures), `--evaluate_only` and the rerun command a failed evaluation
 prints, the serving export against the saved model, the model against the
 recipe's earlier inline encoder, and the flags' checks."""
 
+import argparse
 import contextlib
 import io
 import json
@@ -20,6 +21,7 @@ import pytest
 
 import recipe_checks
 from keras_selfattn.data import programs
+from keras_selfattn.models import VARIABLE_MISUSE_PRESETS, VariableMisuseModel
 from recipes import variable_misuse
 from recipes.common import harness
 
@@ -99,7 +101,7 @@ def test_the_run_names_the_broken_file_and_writes_every_output(short_run, source
         assert name in written
     saved = json.loads((model_dir / "report.json").read_text())
     assert saved["held_out_accuracy"] == report["held_out_accuracy"]
-    assert saved["model"]["class"] == "Functional"
+    assert saved["model"]["class"] == "VariableMisuseModel" and saved["model"]["preset"] == "small"
     assert saved["model"]["parameters"] == keras.models.load_model(model_dir / "variable_misuse.keras").count_params()
     assert saved["training"] == json.loads((model_dir / "variable_misuse_history.json").read_text())
     assert len(saved["training"]["loss"]) == 2
@@ -243,13 +245,16 @@ def small_folder_run(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("small_run")
     report, printed = _main(
         ["--model_dir", str(model_dir), "--source_dir", str(folder), "--epochs", "1", "--steps_per_epoch", "2",
-         "--verbose", "0", *TINY_MODEL]
+         "--verbose", "0", "--preset", "tiny"]
     )
     return model_dir, report, printed
 
 
 def test_a_three_file_folder_trains_on_the_default_flags_and_says_what_it_chose(small_folder_run):
     model_dir, report, printed = small_folder_run
+    config = report["model"]["config"]
+    assert report["model"]["preset"] == "tiny"
+    assert {name: config[name] for name in VARIABLE_MISUSE_PRESETS["tiny"]} == VARIABLE_MISUSE_PRESETS["tiny"]
     assert report["data"]["train"]["files"] == 2 and report["data"]["held_out"]["files"] == 1
     assert "training 1 epochs x 2 steps of 32 functions (more than the 4 training functions" in printed
     assert "validation after each epoch: 1 of the 1 held-out functions" in printed
@@ -338,6 +343,9 @@ def test_edges_none_gives_the_model_distances_only(source_dir):
 def test_bad_flags_are_usage_errors(tmp_path):
     with pytest.raises(harness.UsageError, match="--hidden_dim"):
         variable_misuse.parse_args(["--model_dir", str(tmp_path), "--hidden_dim", "10", "--num_heads", "4"])
+    # The preset's width (tiny: 16) against the flag's heads.
+    with pytest.raises(harness.UsageError, match=r"--hidden_dim \(16\) must be a multiple of --num_heads \(3\)"):
+        variable_misuse.parse_args(["--model_dir", str(tmp_path), "--preset", "tiny", "--num_heads", "3"])
     with pytest.raises(harness.UsageError, match="--source_dir: .*holds no .py file"):
         _main(["--model_dir", str(tmp_path / "run"), "--source_dir", str(tmp_path), *TINY])
     (tmp_path / "one.py").write_text(SMALL_FOLDER["numbers.py"])
@@ -397,8 +405,26 @@ def _inline_reference(args, vocabulary_size, num_relations, length):
         x = x + keras.layers.Dropout(args.dropout)(output)
     x = keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
     inputs = {"token_ids": token_ids, "relations": relations}
-    outputs = {name: variable_misuse._pointer(x, real, name) for name in ("bug", "repair")}
+    outputs = {name: _pointer(x, real, name) for name in ("bug", "repair")}
     return keras.Model(inputs, outputs), keras.Model(inputs, scores)
+
+
+def _pointer(x, real, name):
+    """The recipe's pointer as it was written: a score per position, padding at -1e9."""
+    scores = keras.ops.squeeze(keras.ops.cast(keras.layers.Dense(1, name=f"{name}_score")(x), "float32"), -1)
+    return keras.layers.Identity(name=name)(keras.ops.where(real, scores, -1e9))
+
+
+def _our_layers(model):
+    """The model's layers under the inline reference's names."""
+    layers = {
+        "token_embedding": model.encoder.token_embedding, "final_norm": model.encoder.encoder_norm,
+        "bug_score": model.pointer_scores["bug"], "repair_score": model.pointer_scores["repair"],
+    }
+    for index, block in enumerate(model.encoder.encoder_blocks):
+        for part in ("attention", "attention_norm", "feedforward_norm", "feedforward", "output"):
+            layers[f"block_{index}_{part}"] = getattr(block, part)
+    return layers
 
 
 def test_the_model_is_the_inline_encoder_it_replaced(source_dir):
@@ -406,20 +432,26 @@ def test_the_model_is_the_inline_encoder_it_replaced(source_dir):
     same logits and last-block attention scores, at the default sizes and
     on left- and right-padded rows."""
     args = variable_misuse.parse_args(["--model_dir", "unused", "--max_distance", "4"])
-    sizes = (args.num_layers, args.hidden_dim, args.num_heads, args.feedforward_dim, args.dropout)
-    assert sizes == (4, 64, 4, 128, 0.1)  # the defaults the recipe has always had
+    sizes = variable_misuse.model_sizes(args)
+    assert sizes == dict(  # the defaults the recipe has always had, now its preset
+        num_layers=4, hidden_dim=64, num_heads=4, feedforward_dim=128, dropout=0.1, add_relative_bias=False,
+        heads_share_relative_embedding=True,
+    )
     num_relations, vocabulary_size, length = programs.num_relations(4), 50, MAX_TOKENS + 1
-    model, encoder = variable_misuse.build_model(args, vocabulary_size, num_relations)
-    reference, reference_scores = _inline_reference(args, vocabulary_size, num_relations, length)
-    renamed = {"final_norm": "encoder_norm"}
+    model = variable_misuse.build_model(args, vocabulary_size, num_relations)
+    assert type(model) is VariableMisuseModel
+    encoder = model.encoder
+    reference, reference_scores = _inline_reference(
+        argparse.Namespace(**sizes), vocabulary_size, num_relations, length
+    )
+    our_layers = _our_layers(model)
     for layer in reference.layers:
         if not layer.weights:
             continue
-        name = renamed.get(layer.name, layer.name)
-        if name.startswith("block_"):
-            name = "encoder_" + name
-        ours = model.get_layer(name) if name.endswith("_score") else encoder.get_layer(name)
-        assert [w.shape for w in ours.weights] == [w.shape for w in layer.weights], name
+        ours = our_layers[layer.name]
+        earlier_name = {"final_norm": "encoder_norm"}.get(layer.name, layer.name)
+        assert ours.name == earlier_name.replace("block_", "encoder_block_")
+        assert [w.shape for w in ours.weights] == [w.shape for w in layer.weights], layer.name
         layer.set_weights(ours.get_weights())
     assert model.count_params() == reference.count_params()
     train, _, _ = _splits(source_dir)
@@ -448,7 +480,7 @@ def test_help_explains_every_flag():
     text = parser.format_help()
     for flag in (
         "--source_dir", "--held_out_fraction", "--max_tokens", "--max_files", "--vocabulary_size",
-        "--eval_examples", "--edges", "--max_distance", "--num_layers", "--hidden_dim", "--num_heads",
+        "--eval_examples", "--edges", "--max_distance", "--preset", "--num_layers", "--hidden_dim", "--num_heads",
         "--feedforward_dim", "--dropout", "--epochs", "--steps_per_epoch", "--batch_size", "--learning_rate",
         "--seed", "--strategy", "--mixed_precision", "--model_dir", "--export_dir", "--evaluate_only",
     ):
