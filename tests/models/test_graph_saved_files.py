@@ -22,6 +22,11 @@ pytestmark = pytest.mark.backends("tensorflow", "jax", reason="loads files saved
 def test_a_saved_graph_transformer_loads_as_itself_with_its_outputs():
     model = keras.models.load_model(SAVED / "graph_transformer_functional.keras")
     assert type(model) is GraphTransformer
+    assert model.get_config() == dict(  # EXPECTED["made_by"]
+        name="graph_transformer", trainable=True, vocabulary_size=23, num_relations=5, num_layers=2,
+        hidden_dim=8, num_heads=2, feedforward_dim=12, dropout=0.1, add_relative_bias=True,
+        heads_share_relative_embedding=False, check_inputs=True,
+    )
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(INPUTS)), EXPECTED["encodings"], atol=1e-5)
     scores = model.attention_scores(INPUTS["token_ids"], INPUTS["relations"], block=0)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(scores), EXPECTED["attention_scores_block_0"], atol=1e-6)
