@@ -2,7 +2,10 @@
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 EXTRAS := recipes,test,jax
-PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+# Tests compile many small XLA programs (every eager JAX op, each new shape)
+# and run each a few times: XLA's unoptimised CPU code halves the JAX stage.
+TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
+PYTEST := XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTHON) -m pytest -q -p no:cacheprovider
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)

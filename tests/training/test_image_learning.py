@@ -9,7 +9,7 @@ from recipes import image_generation
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d"])
 def test_held_out_bits_per_dim_beat_the_pixel_histogram(attention, tmp_path):
     report = image_generation.main(
-        ["--model_dir", str(tmp_path), "--attention", attention, "--epochs", "6",
+        ["--model_dir", str(tmp_path), "--attention", attention, "--epochs", "3",
          "--samples", "1", "--completions", "1"]
     )
     assert report["pixel_histogram_bits_per_dim"] < report["uniform_bits_per_dim"] == 8.0
