@@ -241,18 +241,12 @@ def note_off_nll_by_age(music_data, windows, log_probs):
     its note-on to its note-off; the NLL is `-log_probs[window, t - 1, id]`
     of the note-off at event `t` (`log_probs [n, length - 1, vocabulary]`:
     log-probabilities of each next event, teacher-forced)."""
-    ranges = music_data.event_id_ranges()
     ages, nlls = [], []
     for window, window_log_probs in zip(np.asarray(windows), log_probs):
-        sounding = {}  # pitch -> note-on positions, earliest first
-        for t, event in enumerate(window.tolist()):
-            if ranges["note_on"][0] <= event <= ranges["note_on"][1]:
-                sounding.setdefault(event - ranges["note_on"][0], []).append(t)
-            elif ranges["note_off"][0] <= event <= ranges["note_off"][1]:
-                onsets = sounding.get(event - ranges["note_off"][0])
-                if onsets:
-                    ages.append(t - onsets.pop(0))
-                    nlls.append(-float(window_log_probs[t - 1, event]))
+        for onset, end in music_data.pair_notes(window).notes:
+            if end < len(window):  # closed by the note-off at `end`
+                ages.append(end - onset)
+                nlls.append(-float(window_log_probs[end - 1, window[end]]))
     ages, nlls = np.asarray(ages), np.asarray(nlls)
     rows = []
     for first, following in zip(AGE_BINS, [*AGE_BINS[1:], None]):

@@ -27,7 +27,9 @@ performances from the miditok 3.1.0 sdist, with `pip download`);
 `default_splits` gives its fixed split (6 train, 1 validation, 3 test
 performances); `find_midi_files` splits a folder (MAESTRO csv honoured);
 `encode_performances` / `load_performances` encode with an on-disk cache;
-`training_dataset` / `evaluation_dataset` / `evaluation_chunks` feed a model.
+`training_dataset` / `evaluation_dataset` / `evaluation_chunks` feed a model;
+`pair_notes` pairs note-offs with the note-ons they close, and
+`performance_statistics` measures performances by those notes.
 
 Example:
 
@@ -70,6 +72,7 @@ from keras_selfattn.data.music.files import (
     find_midi_files,
     load_performances,
 )
+from keras_selfattn.data.music.notes import NotePairing, pair_notes
 from keras_selfattn.data.music.statistics import performance_statistics
 from keras_selfattn.data.music.pipeline import (
     DEFAULT_AUGMENTATIONS,
@@ -92,6 +95,7 @@ __all__ = [
     "MUSIC_VOCABULARY_SIZE",
     "NUM_RESERVED_IDS",
     "NUM_VELOCITY_BINS",
+    "NotePairing",
     "PAD_ID",
     "STEPS_PER_SECOND",
     "STRETCH_RANGE",
@@ -112,6 +116,7 @@ __all__ = [
     "load_performances",
     "midi_to_events",
     "note_sequence_to_events",
+    "pair_notes",
     "performance_encoding",
     "performance_statistics",
     "steps_per_epoch",

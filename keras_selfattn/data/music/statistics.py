@@ -2,10 +2,8 @@
 sound at once, and whether note-offs close sounding notes.
 
 Generated music is compared with held-out music by these numbers. Notes are
-read from the event ids as note-seq decodes them (`events_to_note_sequence`):
-a note-off closes the earliest sounding note of its pitch, a note-off with
-no sounding note of its pitch is ignored, zero-length notes are dropped and
-notes still sounding at the end close there.
+paired by `pair_notes` as note-seq decodes them (`events_to_note_sequence`),
+zero-length notes dropped.
 """
 
 import numpy as np
@@ -16,6 +14,7 @@ from keras_selfattn.data.music.events import (
     STEPS_PER_SECOND,
     event_id_ranges,
 )
+from keras_selfattn.data.music.notes import pair_notes
 
 LONG_NOTE_SECONDS = 2.0
 
@@ -83,42 +82,31 @@ def _walk(events, start, min_pitch, max_pitch):
     """One performance's note lengths (steps) and polyphony per step from
     event `start` on, and its note-on and note-off counts."""
     ranges = event_id_ranges(min_pitch, max_pitch)
-    sounding = {}  # pitch -> onset steps, earliest first
-    step, start_step = 0, None
-    notes = []  # (onset, end, counted)
-    counts = dict(note_ons=0, note_offs=0, closing_offs=0, repeated_ons=0)
-    for index, event in enumerate(events.tolist()):
-        counted = index >= start
-        if counted and start_step is None:
-            start_step = step
-        if _in(event, ranges["time_shift"]):
-            step += event - ranges["time_shift"][0] + 1
-        elif _in(event, ranges["note_on"]):
-            pitch = event - ranges["note_on"][0]
-            if counted:
-                counts["note_ons"] += 1
-                counts["repeated_ons"] += bool(sounding.get(pitch))
-            sounding.setdefault(pitch, []).append((step, counted))
-        elif _in(event, ranges["note_off"]):
-            onsets = sounding.get(event - ranges["note_off"][0])
-            if counted:
-                counts["note_offs"] += 1
-                counts["closing_offs"] += bool(onsets)
-            if onsets:
-                onset, begun_counted = onsets.pop(0)
-                notes.append((onset, step, begun_counted))
-    notes += [(onset, step, begun) for onsets in sounding.values() for onset, begun in onsets]
+    pairing = pair_notes(events, min_pitch, max_pitch)
+    start = max(start, 0)
+    steps = _steps_before(events, ranges)
+    notes = [(steps[onset], steps[end], onset >= start) for onset, end in pairing.notes]
     notes = [(onset, end, begun) for onset, end, begun in notes if end > onset]
-    start_step = step if start_step is None else start_step
+    counted = slice(start, None)
     return dict(
         lengths=np.array([end - onset for onset, end, begun in notes if begun], dtype="float64"),
-        polyphony=_polyphony(notes, start_step, step),
-        **counts,
+        polyphony=_polyphony(notes, steps[min(start, len(events))], steps[-1]),
+        note_ons=int(_in(events[counted], ranges["note_on"]).sum()),
+        note_offs=int(_in(events[counted], ranges["note_off"]).sum()),
+        closing_offs=int(pairing.closing_offs[counted].sum()),
+        repeated_ons=int(pairing.repeated_ons[counted].sum()),
     )
 
 
-def _in(event, id_range):
-    return id_range[0] <= event <= id_range[1]
+def _steps_before(events, ranges):
+    """The time step at which each event stands, and after them the last: `[len(events) + 1]`."""
+    first_shift = ranges["time_shift"][0]
+    shifts = np.where(_in(events, ranges["time_shift"]), events.astype("int64") - first_shift + 1, 0)
+    return np.concatenate([[0], np.cumsum(shifts)]).tolist()
+
+
+def _in(events, id_range):
+    return (id_range[0] <= events) & (events <= id_range[1])
 
 
 def _polyphony(notes, first_step, last_step):
