@@ -37,11 +37,7 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_selfattn.models import (  # noqa: E402
-    BitsPerDimension,
-    MaskedSparseCategoricalCrossentropy,
-    image_transformer,
-)
+from keras_selfattn.models import image_transformer  # noqa: E402
 from recipes.common import image_plots, image_recipes  # noqa: E402
 
 # The trained model is <model_dir>/image_generation.keras and is served as "image_generation"
@@ -50,30 +46,27 @@ NAME = "image_generation"
 HELD_OUT_SPLITS = {"cifar10": "test", "imagenet32": "validation"}
 COMPLETIONS_PER_IMAGE = 3
 VALIDATION_IMAGES = 256  # the first held-out images, whose loss `fit` reports each epoch
+# image_transformer's presets, with what the recipe adds to each.
 PRESETS = {
     # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
-    "small": dict(preset="small", query_pixels=(4, 4)),
-    "tiny": dict(preset="tiny"),
+    "small": dict(query_pixels=(4, 4)),
+    "tiny": {},
     # The paper's CIFAR-10 configuration.
-    "cifar10": dict(preset="cifar10"),
+    "cifar10": {},
 }
 
 
 def build_parser():
     parser = harness.recipe_parser(__doc__)
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--dataset",
-        default="digits",
-        choices=("digits", "photos", "cifar10", "imagenet32"),
-        help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); photos: "
+    data = image_recipes.add_data_flags(
+        parser,
+        datasets=("digits", "photos", "cifar10", "imagenet32"),
+        dataset_help="digits: scikit-learn's 1,797 8x8 digits, 20%% held out (offline); photos: "
         "--image_size patches of scikit-image's bundled photos and faces, --held_out_fraction "
         "of the pictures held out with all their patches (offline); cifar10, "
         "imagenet32: tensorflow-datasets, prepared in --tfds_dir (held out: cifar10's test, "
         "imagenet32's validation split)",
-    )
-    image_recipes.add_image_dir_flags(
-        data, labels=True,
+        labels=True,
         held_out_help="--image_dir: the fraction of files held out for evaluation; photos: of the "
         "photos and, apart, of the faces (seeded by --seed)",
     )
@@ -180,31 +173,13 @@ def model_inputs(pixels, labels, conditional):
     return {"pixels": pixels, "class_label": labels} if conditional else {"pixels": pixels}
 
 
-def training_dataset(inputs, batch_size, seed):
-    import tensorflow as tf
-
-    dataset = tf.data.Dataset.from_tensor_slices((inputs, inputs["pixels"]))
-    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat()
-    return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
-
-
 # ------------------------------------------------------------------ model
 
 
 def build_model(args, image_shape, num_classes):
-    overrides = image_recipes.model_overrides(args, PRESETS, image_shape)
-    try:
-        model = image_transformer(image_shape, num_classes=num_classes, **overrides)
-    except ValueError as error:
-        raise harness.UsageError(
-            f"--preset / --attention / --block_length / --query_shape / --memory_flange: {error}"
-        ) from None
-    model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate),
-        loss=MaskedSparseCategoricalCrossentropy(pad_id=None),
-        metrics=[BitsPerDimension()],
+    return image_recipes.build_model(
+        args, PRESETS, image_transformer, image_shape, image_shape=image_shape, num_classes=num_classes
     )
-    return model
 
 
 # ---------------------------------------------------------------- figures
@@ -292,7 +267,7 @@ def write_attention(args, run, model, image, label=None):
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict."""
     args = parse_args(argv)
-    run = harness.start(args, recipe="image_generation")
+    run = harness.start(args, recipe=NAME)
     (train_pixels, train_labels), (test_pixels, test_labels), class_names = load(args, run)
     if args.conditional and train_labels is None:
         raise harness.UsageError(
@@ -308,16 +283,11 @@ def main(argv=None, callbacks=()):
 
     model, history = run.trained_or_saved(NAME, train_model)
     with run.evaluation(NAME):
-        settings = {
-            "name": NAME, "preset": args.preset, "attention": args.attention,
-            "image_shape": list(train_pixels.shape[1:]), "num_classes": num_classes,
-        }
+        settings = image_recipes.model_settings(
+            args, NAME, image_shape=list(train_pixels.shape[1:]), num_classes=num_classes
+        )
         report = {
-            "data": {
-                "source": image_recipes.data_source(args),
-                "train_images": int(len(train_pixels)),
-                "held_out_images": int(len(test_pixels)),
-            },
+            "data": image_recipes.data_report(args, train_pixels, test_pixels),
             "training": history,
             **held_out_bits(args, run, model, train_pixels, test),
             "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
@@ -344,11 +314,7 @@ def train_image_transformer(args, run, train, test, num_classes, callbacks):
         f"{len(test['pixels'])} held out (the first {len(validation['pixels'])} of them validate "
         f"training); training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size}"
     )
-    history = run.fit(
-        model, training_dataset(train, args.batch_size, args.seed),
-        validation_data=(validation, validation["pixels"]), callbacks=callbacks,
-    )
-    return model, history
+    return model, image_recipes.fit(args, run, model, train, validation, callbacks)
 
 
 def held_out_bits(args, run, model, train_pixels, test):

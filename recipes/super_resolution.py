@@ -47,42 +47,36 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_selfattn.models import (  # noqa: E402
-    BitsPerDimension,
-    MaskedSparseCategoricalCrossentropy,
-    image_super_resolution,
-)
+from keras_selfattn.models import image_super_resolution  # noqa: E402
 from recipes.common import image_plots, image_recipes  # noqa: E402
 
 # The trained model is <model_dir>/super_resolution.keras and is served as "super_resolution"
 # (serving/models.config).
 NAME = "super_resolution"
 DEFAULT_VALIDATION_IMAGES = 64
+# image_super_resolution's presets, with what the recipe adds to each.
 PRESETS = {
     # A CPU-sized model (3 + 2 layers of width 64, an upsampler of 6
     # convolutions): minutes per epoch on one core.
-    "small": dict(preset="small"),
-    "tiny": dict(preset="tiny"),
+    "small": {},
+    "tiny": {},
     # Parmar et al.'s CelebA 8x8 -> 32x32 model (no upsampler).
-    "celeba_paper": dict(preset="celeba_paper"),
+    "celeba_paper": {},
     # Its sizes plus the upsampler, interpolation prior and difference coding.
-    "celeba_refiner": dict(preset="celeba_refiner"),
+    "celeba_refiner": {},
 }
 
 
 def build_parser():
     parser = harness.recipe_parser(__doc__)
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--dataset",
-        default="default",
-        choices=("default", "celeb_a"),
-        help="default: patches of scikit-image's bundled photos and lfw_subset faces, held out "
+    data = image_recipes.add_data_flags(
+        parser,
+        datasets=("default", "celeb_a"),
+        dataset_help="default: patches of scikit-image's bundled photos and lfw_subset faces, held out "
         "by source picture (offline); celeb_a: CelebA faces from tensorflow-datasets, prepared "
         "in --tfds_dir (its train split for training, its test split held out)",
-    )
-    image_recipes.add_image_dir_flags(
-        data, labels=False, held_out_fraction=0.33,
+        labels=False,
+        held_out_fraction=0.33,
         held_out_help="the fraction held out (seeded by --seed): of the default data's photos and, "
         "apart, of its faces, as whole pictures (0.33: 6 of the 18 photos and 33 of the 100 faces); "
         "of --image_dir's files",
@@ -262,43 +256,36 @@ def upsampler_dataset(inputs, batch_size, seed):
 
 def training_dataset(inputs, batch_size, seed):
     """Shuffled, repeated batches of (inputs, target pixels), each pair in one
-    of its 8 orientations at random (flips and transposition: the same for
-    both images, since a block mean commutes with them)."""
+    of its 8 orientations at random (`orient`)."""
+    return image_recipes.training_dataset(inputs, batch_size, seed, transform=orient)
+
+
+def orient(example, target):
+    """The pair `example` in one of its 8 orientations at random, flips and
+    transposition (the same for both images, since a block mean commutes
+    with them), and its oriented pixels as the target."""
     import tensorflow as tf
 
-    def orient(example, target):
-        flips = tf.random.uniform((3,)) < 0.5
+    flips = tf.random.uniform((3,)) < 0.5
 
-        def oriented(image):
-            image = tf.cond(flips[0], lambda: tf.reverse(image, [0]), lambda: image)
-            image = tf.cond(flips[1], lambda: tf.reverse(image, [1]), lambda: image)
-            return tf.cond(flips[2], lambda: tf.transpose(image, [1, 0, 2]), lambda: image)
+    def oriented(image):
+        image = tf.cond(flips[0], lambda: tf.reverse(image, [0]), lambda: image)
+        image = tf.cond(flips[1], lambda: tf.reverse(image, [1]), lambda: image)
+        return tf.cond(flips[2], lambda: tf.transpose(image, [1, 0, 2]), lambda: image)
 
-        example = {k: oriented(v) for k, v in example.items()}
-        return example, example["pixels"]
-
-    dataset = tf.data.Dataset.from_tensor_slices((inputs, inputs["pixels"]))
-    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat().map(orient)
-    return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+    example = {k: oriented(v) for k, v in example.items()}
+    return example, example["pixels"]
 
 
 # ------------------------------------------------------------------ model
 
 
 def build_model(args, low_shape, high_shape):
-    overrides = image_recipes.model_overrides(args, PRESETS, high_shape)
-    if args.pixel_dropout is not None:
-        overrides["pixel_dropout"] = args.pixel_dropout
-    try:
-        model = image_super_resolution(low_shape, high_shape, **overrides)
-    except ValueError as error:
-        raise harness.UsageError(f"--preset / --attention / --query_shape / --memory_flange: {error}") from None
-    model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, clipnorm=1.0),
-        loss=MaskedSparseCategoricalCrossentropy(pad_id=None),
-        metrics=[BitsPerDimension()],
+    options = {} if args.pixel_dropout is None else {"pixel_dropout": args.pixel_dropout}
+    return image_recipes.build_model(
+        args, PRESETS, image_super_resolution, low_shape, high_shape, image_shape=high_shape,
+        adam_options=dict(beta_2=0.98, clipnorm=1.0), **options,
     )
-    return model
 
 
 UPSAMPLER_HISTORY = "upsampler_history.json"
@@ -506,7 +493,7 @@ def write_grid(args, run, low, high, outputs):
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict."""
     args = parse_args(argv)
-    run = harness.start(args, recipe="super_resolution")
+    run = harness.start(args, recipe=NAME)
     train_high, test_high = load_images(args, run)
     train, held_out = pairs(train_high, args.scale), pairs(test_high, args.scale)
     validation, test, scored = split_held_out(args, run, held_out)
@@ -524,17 +511,12 @@ def main(argv=None, callbacks=()):
         samples = run.path("super_resolution_samples.npz")
         np.savez_compressed(samples, low_resolution=low, original=high, **outputs)
         run.wrote("scored images (low resolution, original, each method's output)", samples)
-        settings = {
-            "name": NAME, "preset": args.preset, "attention": args.attention,
-            "low_shape": list(train["low_resolution"].shape[1:]),
-            "high_shape": list(train["pixels"].shape[1:]),
-        }
+        settings = image_recipes.model_settings(
+            args, NAME,
+            low_shape=list(train["low_resolution"].shape[1:]), high_shape=list(train["pixels"].shape[1:]),
+        )
         report = {
-            "data": {
-                "source": image_recipes.data_source(args),
-                "train_images": int(len(train_high)),
-                "held_out_images": int(len(test_high)),
-            },
+            "data": image_recipes.data_report(args, train_high, test_high),
             "upsampler_training": upsampler_history,
             "training": history,
             "held_out": held_out_report,
@@ -577,11 +559,7 @@ def train_super_resolution(args, run, train, validation, callbacks):
         f"{args.steps_per_epoch} steps of {args.batch_size}"
     )
     upsampler_history = fit_upsampler(args, run, model, train, validation)
-    history = run.fit(
-        model, training_dataset(train, args.batch_size, args.seed),
-        validation_data=None if validation is None else (validation, validation["pixels"]),
-        callbacks=callbacks,
-    )
+    history = image_recipes.fit(args, run, model, train, validation, callbacks, transform=orient)
     return model, (upsampler_history, history)
 
 

@@ -1,13 +1,18 @@
 """What the image recipes (image_generation.py, super_resolution.py) share:
-the image-folder and model flags, held-out splits of a folder, tensorflow-
-datasets reading with a clear error, temperature lists."""
+the data, image-folder and model flags, the model built from them and
+compiled, the training pipeline and fit, held-out splits of a folder,
+tensorflow-datasets reading with a clear error, temperature lists, the
+report's data and model settings."""
 
 import argparse
 import math
 
-import numpy as np
+from recipes.common import harness  # sets up the environment before Keras is imported
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
-from recipes.common import harness
+# Presets that keep the query blocks and flanges of their paper, whatever the image size.
+PAPER_PRESETS = ("celeba_paper", "celeba_refiner", "cifar10")
 
 ATTENTION_HELP = {
     "local_1d": "local 1D: raster order cut into blocks of --block_length sub-pixels, each "
@@ -58,6 +63,16 @@ temperature_list.__name__ = "temperatures"
 # ------------------------------------------------------------------ flags
 
 
+def add_data_flags(parser, *, datasets, dataset_help, **image_dir_options):
+    """The "data" group: `--dataset` (one of `datasets`, the first the
+    default) and the image-folder flags (`add_image_dir_flags` with
+    `image_dir_options`); returns the group."""
+    group = parser.add_argument_group("data")
+    group.add_argument("--dataset", default=datasets[0], choices=datasets, help=dataset_help)
+    add_image_dir_flags(group, **image_dir_options)
+    return group
+
+
 def add_image_dir_flags(group, *, labels, held_out_fraction=0.2, held_out_help=None):
     """`--image_dir`, `--fit`, `--held_out_fraction` (default `held_out_fraction`,
     help `held_out_help` for a recipe that holds out more than files) and with
@@ -85,26 +100,17 @@ def add_image_dir_flags(group, *, labels, held_out_fraction=0.2, held_out_help=N
         )
     group.add_argument(
         "--held_out_fraction",
-        type=_fraction,
+        type=harness.fraction,
         default=held_out_fraction,
         help=held_out_help or "--image_dir: the fraction of files held out for evaluation (seeded by --seed)",
     )
 
 
-def _fraction(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return value
-
-
-_fraction.__name__ = "a number in (0, 1)"
-
-
 def add_model_flags(parser, presets, *, default_preset, attentions):
+    """The "model" group: `--attention` (one of `attentions`, the first the
+    default), `--preset` (a name in `presets`: `{builder preset: what the
+    recipe adds to it}`), `--block_length`, `--query_shape` and
+    `--memory_flange`; returns the group."""
     group = parser.add_argument_group("model")
     group.add_argument(
         "--attention",
@@ -118,7 +124,7 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
         default=default_preset,
         choices=sorted(presets),
         help="model size: "
-        + "; ".join(f"{name}: {_describe(config)}" for name, config in presets.items()),
+        + "; ".join(f"{name}: {_describe(name, additions)}" for name, additions in presets.items()),
     )
     group.add_argument(
         "--block_length",
@@ -144,33 +150,83 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
     return group
 
 
-def _describe(config):
+def _describe(preset, additions):
     names = {"query_pixels": "query_shape (pixels)"}
-    shown = {names.get(k, k): v for k, v in config.items() if k != "preset"}
-    base = f"keras_selfattn's {config['preset']!r} preset"
+    shown = {names.get(k, k): v for k, v in additions.items()}
+    base = f"keras_selfattn's {preset!r} preset"
     return base + (" with " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
 
 
 def model_overrides(args, presets, image_shape):
     """Builder keyword arguments for `--preset`, `--attention`,
     `--block_length`, `--query_shape` and `--memory_flange`."""
-    overrides = dict(presets[args.preset], attention=args.attention)
-    default_query = overrides.pop("query_pixels", (8, 8))
+    additions = dict(presets[args.preset])
+    default_block = additions.pop("query_pixels", (8, 8))
+    overrides = dict(preset=args.preset, **additions, attention=args.attention)
     height, width, channels = image_shape
-    query, flange = args.query_shape, args.memory_flange
-    own_blocks = overrides["preset"] in ("celeba_paper", "celeba_refiner", "cifar10")
-    if query is None and not own_blocks:
-        query = (min(default_query[0], height), min(default_query[1], width))
+    block, flange = args.query_shape, args.memory_flange
+    own_blocks = args.preset in PAPER_PRESETS
+    if block is None and not own_blocks:
+        block = (min(default_block[0], height), min(default_block[1], width))
     if flange is None and not own_blocks:
-        base = query if query is not None else (height, width)
+        base = block if block is not None else (height, width)
         flange = (base[0] // 2, base[1] // 2)
-    if query is not None:
-        overrides["query_shape"] = (query[0], query[1] * channels)
+    if block is not None:
+        overrides["query_shape"] = (block[0], block[1] * channels)
     if flange is not None:
         overrides["memory_flange"] = (flange[0], flange[1] * channels)
     if args.block_length is not None:
         overrides["block_length"] = args.block_length
     return overrides
+
+
+def build_model(args, presets, builder, *shapes, image_shape, adam_options=None, **options):
+    """`builder(*shapes, **options)` with the model flags' overrides
+    (`model_overrides` for `image_shape`), compiled for pixels: Adam at
+    `--learning_rate` (plus `adam_options`), the pixels' cross-entropy and
+    bits/dim. A configuration the builder refuses is a `UsageError` naming
+    the model flags."""
+    from keras_selfattn.models import BitsPerDimension, MaskedSparseCategoricalCrossentropy
+
+    overrides = model_overrides(args, presets, image_shape)
+    try:
+        model = builder(*shapes, **options, **overrides)
+    except ValueError as error:
+        raise harness.UsageError(
+            f"--preset / --attention / --block_length / --query_shape / --memory_flange: {error}"
+        ) from None
+    model.compile(
+        optimizer=keras.optimizers.Adam(args.learning_rate, **(adam_options or {})),
+        loss=MaskedSparseCategoricalCrossentropy(pad_id=None),
+        metrics=[BitsPerDimension()],
+    )
+    return model
+
+
+# --------------------------------------------------------------- training
+
+
+def training_dataset(inputs, batch_size, seed, transform=None):
+    """Shuffled, repeated batches of `(inputs, target pixels)`, each example
+    passed through `transform(example, target)` first when given."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, inputs["pixels"]))
+    dataset = dataset.shuffle(len(inputs["pixels"]), seed=seed).repeat()
+    if transform is not None:
+        dataset = dataset.map(transform)
+    return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+
+
+def fit(args, run, model, train, validation, callbacks, transform=None):
+    """`run.fit` on `training_dataset` of the inputs `train` (`--batch_size`,
+    `--seed`, `transform`), validated on the inputs `validation` (none when
+    `None`); returns the `History`."""
+    return run.fit(
+        model, training_dataset(train, args.batch_size, args.seed, transform),
+        validation_data=None if validation is None else (validation, validation["pixels"]),
+        callbacks=callbacks,
+    )
 
 
 # ------------------------------------------------------------------- data
@@ -242,3 +298,20 @@ def data_source(args):
     if getattr(args, "image_dir", None):
         return f"image_dir {args.image_dir}"
     return args.dataset
+
+
+# ----------------------------------------------------------------- report
+
+
+def data_report(args, train_images, held_out_images):
+    """The report's `data`: where the images came from and how many there are."""
+    return {
+        "source": data_source(args),
+        "train_images": int(len(train_images)),
+        "held_out_images": int(len(held_out_images)),
+    }
+
+
+def model_settings(args, name, **shapes):
+    """The report's model settings: `name`, `--preset`, `--attention` and the recipe's `shapes`."""
+    return {"name": name, "preset": args.preset, "attention": args.attention, **shapes}
