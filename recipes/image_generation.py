@@ -49,7 +49,7 @@ VALIDATION_IMAGES = 256  # the first held-out images, whose loss `fit` reports e
 # image_transformer's presets, with what the recipe adds to each.
 PRESETS = {
     # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
-    "small": dict(query_pixels=(4, 4)),
+    "small": dict(block_pixels=(4, 4)),
     "tiny": {},
     # The paper's CIFAR-10 configuration.
     "cifar10": {},

@@ -17,7 +17,7 @@ PAPER_PRESETS = ("celeba_paper", "celeba_refiner", "cifar10")
 ATTENTION_HELP = {
     "local_1d": "local 1D: raster order cut into blocks of --block_length sub-pixels, each "
     "attending to itself and the block before",
-    "local_2d": "local 2D: --query_shape blocks in block-raster order, each attending to a "
+    "local_2d": "local 2D: --block_shape blocks in block-raster order, each attending to a "
     "--memory_flange around it (above and to the left)",
     "global": "global: every earlier sub-pixel",
     "relative_local_2d": "relative local 2D: local_2d plus learned logits for each key's row and "
@@ -109,8 +109,8 @@ def add_image_dir_flags(group, *, labels, held_out_fraction=0.2, held_out_help=N
 def add_model_flags(parser, presets, *, default_preset, attentions):
     """The "model" group: `--attention` (one of `attentions`, the first the
     default), `--preset` (a name in `presets`: `{builder preset: what the
-    recipe adds to it}`), `--block_length`, `--query_shape` and
-    `--memory_flange`; returns the group."""
+    recipe adds to it}`), `--block_length`, `--block_shape` (`--query_shape`
+    still accepted) and `--memory_flange`; returns the group."""
     group = parser.add_argument_group("model")
     group.add_argument(
         "--attention",
@@ -132,12 +132,14 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
         default=None,
         help="local_1d: sub-pixels per block (default: the preset's)",
     )
-    group.add_argument(
+    harness.add_renamed_flag(
+        group,
+        "--block_shape",
         "--query_shape",
         type=pair,
         default=None,
         help="local_2d, relative_local_2d: query block HEIGHT,WIDTH in pixels (the width counts "
-        "each pixel's channels as positions; default: the --preset's query_shape if it names one, "
+        "each pixel's channels as positions; default: the --preset's block_shape if it names one, "
         "else 8,8, capped at the image; the paper presets keep their own)",
     )
     group.add_argument(
@@ -151,7 +153,7 @@ def add_model_flags(parser, presets, *, default_preset, attentions):
 
 
 def _describe(preset, additions):
-    names = {"query_pixels": "query_shape (pixels)"}
+    names = {"block_pixels": "block_shape (pixels)"}
     shown = {names.get(k, k): v for k, v in additions.items()}
     base = f"keras_selfattn's {preset!r} preset"
     return base + (" with " + ", ".join(f"{k}={v}" for k, v in shown.items()) if shown else "")
@@ -159,12 +161,12 @@ def _describe(preset, additions):
 
 def model_overrides(args, presets, image_shape):
     """Builder keyword arguments for `--preset`, `--attention`,
-    `--block_length`, `--query_shape` and `--memory_flange`."""
+    `--block_length`, `--block_shape` and `--memory_flange`."""
     additions = dict(presets[args.preset])
-    default_block = additions.pop("query_pixels", (8, 8))
+    default_block = additions.pop("block_pixels", (8, 8))
     overrides = dict(preset=args.preset, **additions, attention=args.attention)
     height, width, channels = image_shape
-    block, flange = args.query_shape, args.memory_flange
+    block, flange = args.block_shape, args.memory_flange
     own_blocks = args.preset in PAPER_PRESETS
     if block is None and not own_blocks:
         block = (min(default_block[0], height), min(default_block[1], width))
@@ -172,7 +174,7 @@ def model_overrides(args, presets, image_shape):
         base = block if block is not None else (height, width)
         flange = (base[0] // 2, base[1] // 2)
     if block is not None:
-        overrides["query_shape"] = (block[0], block[1] * channels)
+        overrides["query_shape"] = (block[0], block[1] * channels)  # the builders' keyword
     if flange is not None:
         overrides["memory_flange"] = (flange[0], flange[1] * channels)
     if args.block_length is not None:
@@ -193,7 +195,7 @@ def build_model(args, presets, builder, *shapes, image_shape, adam_options=None,
         model = builder(*shapes, **options, **overrides)
     except ValueError as error:
         raise harness.UsageError(
-            f"--preset / --attention / --block_length / --query_shape / --memory_flange: {error}"
+            f"--preset / --attention / --block_length / --block_shape / --memory_flange: {error}"
         ) from None
     model.compile(
         optimizer=keras.optimizers.Adam(args.learning_rate, **(adam_options or {})),

@@ -53,7 +53,7 @@ def folder_run(image_dir, tmp_path_factory):
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
         "--image_dir", str(image_dir), "--labels_from_folders", "--conditional", "--image_size", "4",
         "--channels", "3", "--held_out_fraction", "0.25", "--attention", "local_2d",
-        "--query_shape", "2,2", "--memory_flange", "1,1", "--samples", "2", "--completions", "2",
+        "--block_shape", "2,2", "--memory_flange", "1,1", "--samples", "2", "--completions", "2",
         "--seed", "1", *TINY,
     ]
     report, printed = _main(argv)
@@ -192,7 +192,7 @@ def test_digits_run_unconditional_local_1d(tmp_path):
 
 def test_digits_run_relative_local_2d(tmp_path):
     argv = ["--model_dir", str(tmp_path), "--samples", "1", "--completions", "1", "--attention", "relative_local_2d",
-            "--query_shape", "2,4", "--memory_flange", "1,2", *TINY]
+            "--block_shape", "2,4", "--memory_flange", "1,2", *TINY]
     report, _ = _main(argv)
     assert report["held_out_bits_per_dim"] < report["uniform_bits_per_dim"]
     model = keras.models.load_model(tmp_path / "image_generation.keras")

@@ -1,7 +1,9 @@
 """recipes/common/image_recipes.py: which tensorflow-datasets failures become
 usage errors (the data set is not there) and which propagate; the
-`--temperatures` flag refuses non-finite values when parsed."""
+`--temperatures` flag refuses non-finite values when parsed; the model flags
+(`--block_shape`, once `--query_shape`) as the builders receive them."""
 
+import importlib
 import types
 
 import pytest
@@ -81,3 +83,41 @@ def test_finite_temperatures_parse():
 
     args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--temperatures", "0,0.8,1e3"])
     assert args.temperatures == (0.0, 0.8, 1000.0)
+
+
+@pytest.mark.parametrize("recipe", ["image_generation", "super_resolution"])
+def test_block_shape_reaches_the_builders_query_shape_and_its_old_spelling_still_parses(recipe, capsys):
+    module = importlib.import_module(f"recipes.{recipe}")
+    parser = module.build_parser()
+    args = parser.parse_args(["--model_dir", "m", "--attention", "local_2d", "--block_shape", "2,3"])
+    old = parser.parse_args(["--model_dir", "m", "--attention", "local_2d", "--query_shape", "2,3"])
+    assert args.block_shape == old.block_shape == (2, 3)
+    assert "note: --query_shape is now called --block_shape" in capsys.readouterr().err
+    text = parser.format_help()
+    assert "--block_shape" in text and "--query_shape" not in text
+    overrides = image_recipes.model_overrides(args, module.PRESETS, (8, 8, 3))
+    assert overrides == dict(preset="small", attention="local_2d", query_shape=(2, 9), memory_flange=(1, 3))
+
+
+def test_a_preset_names_its_own_default_block_and_the_paper_presets_keep_theirs():
+    from recipes import image_generation, super_resolution
+
+    args = image_generation.build_parser().parse_args(["--model_dir", "m", "--attention", "local_2d"])
+    overrides = image_recipes.model_overrides(args, image_generation.PRESETS, (16, 16, 1))
+    assert (overrides["query_shape"], overrides["memory_flange"]) == ((4, 4), (2, 2))
+    args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--preset", "tiny"])
+    assert image_recipes.model_overrides(args, super_resolution.PRESETS, (4, 16, 3))["query_shape"] == (4, 24)
+    args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--preset", "celeba_paper"])
+    assert image_recipes.model_overrides(args, super_resolution.PRESETS, (32, 32, 3)) == dict(
+        preset="celeba_paper", attention="local_2d"
+    )
+
+
+def test_a_configuration_the_builder_refuses_is_a_usage_error_naming_the_model_flags():
+    from recipes import image_generation
+
+    args = image_generation.parse_args(
+        ["--model_dir", "m", "--preset", "tiny", "--attention", "local_2d", "--block_shape", "3,3"]
+    )
+    with pytest.raises(harness.UsageError, match="^--preset / --attention / --block_length / --block_shape / --memory"):
+        image_generation.build_model(args, (8, 8, 1), None)
