@@ -11,7 +11,8 @@ STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
 
 .PHONY: install demo test test-tensorflow test-other-backends test-tensorflow-but-export \
-	test-tensorflow-export test-jax test-torch test-fast benchmark clean
+	test-tensorflow-models test-tensorflow-rest test-tensorflow-export test-jax test-torch \
+	test-fast benchmark clean
 
 install: $(VENV)/.installed
 
@@ -26,12 +27,12 @@ demo: install
 
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
-# four runs two at a time, each starting when a core frees up: TensorFlow without the
-# export tests beside JAX, then PyTorch's ops and layers, then TensorFlow's export tests.
-# Each output line is printed whole.
+# five runs two at a time, each starting when a core frees up, longest first: JAX and
+# TensorFlow's models, recipes and training, then the rest of TensorFlow but its export
+# tests, then those, then PyTorch. Each output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line \
-		test-tensorflow-but-export test-jax test-torch test-tensorflow-export
+		test-jax test-tensorflow-models test-tensorflow-rest test-tensorflow-export test-torch
 
 # Every test on one backend at a time.
 test-tensorflow: install
@@ -39,8 +40,16 @@ test-tensorflow: install
 
 test-other-backends: test-jax test-torch
 
-test-tensorflow-but-export: install
-	@$(call timed,tensorflow (all but tests/export),$(PYTEST) tests --ignore=tests/export)
+test-tensorflow-but-export: test-tensorflow-models test-tensorflow-rest
+
+TENSORFLOW_MODEL_TESTS := tests/models tests/recipes tests/training
+
+test-tensorflow-models: install
+	@$(call timed,tensorflow (models recipes training),$(PYTEST) $(TENSORFLOW_MODEL_TESTS))
+
+test-tensorflow-rest: install
+	@$(call timed,tensorflow (the rest but tests/export),$(PYTEST) tests --ignore=tests/export \
+		$(addprefix --ignore=,$(TENSORFLOW_MODEL_TESTS)))
 
 test-tensorflow-export: install
 	@$(call timed,tensorflow (tests/export),$(PYTEST) tests/export)
