@@ -8,7 +8,7 @@ from keras_selfattn.layers.argument_checks import (
     check_non_negative_int,
     check_positive_int,
 )
-from keras_selfattn.layers.local_attention_base import LocalAttentionBase
+from keras_selfattn.layers.local_attention_base import LocalAttentionBase, renamed_block_shape
 from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
@@ -29,7 +29,7 @@ from keras_selfattn.ops.blocking_2d import (
 class LocalAttention2D(LocalAttentionBase):
     """Multi-head self-attention restricted to 2D query blocks and their flanges.
 
-    The image is cut into query blocks of `query_shape = (qh, qw)` pixels
+    The image is cut into query blocks of `block_shape = (qh, qw)` pixels
     (padded to multiples of the block inside the layer, the padding masked).
     With `memory_flange = (fh, fw)`, a query in block `(R, C)` attends to:
 
@@ -52,7 +52,7 @@ class LocalAttention2D(LocalAttentionBase):
     Causal attention decodes pixel by pixel in block-raster order with the
     static cache of `MultiHeadAttention`: `cache`
     `[batch, 2, max_length, num_heads, key_dim]` is indexed by block-raster
-    position in the image padded to multiples of `query_shape`
+    position in the image padded to multiples of `block_shape`
     (`max_length >= padded height x padded width`). A step call takes the
     pixel `[batch, 1, 1, channels]`, its block-raster position as
     `cache_update_index` and `use_causal_mask=True`; it gathers from the
@@ -65,7 +65,8 @@ class LocalAttention2D(LocalAttentionBase):
     Args:
         num_heads: number of attention heads.
         key_dim: size of each head for query and key.
-        query_shape: `(qh, qw)`, positive integers.
+        block_shape: `(qh, qw)`, positive integers: the query block.
+            `query_shape=` is its old name (a `DeprecationWarning`).
         memory_flange: `(fh, fw)`, non-negative integers, at most the image's
             height and width.
         grid_shape: `(height, width)` of the images the layer decodes with a
@@ -124,7 +125,7 @@ class LocalAttention2D(LocalAttentionBase):
     >>> import numpy as np
     >>> from keras import ops
     >>> from keras_selfattn.ops.blocking_2d import block_raster_index
-    >>> layer = LocalAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
+    >>> layer = LocalAttention2D(num_heads=2, key_dim=4, block_shape=(2, 2),
     ...                          memory_flange=(1, 1), grid_shape=(4, 4))
     >>> image = np.random.rand(1, 4, 4, 8).astype("float32")
     >>> tuple(layer(image).shape)  # each 2 x 2 block attends to its 4 x 4 window
@@ -150,14 +151,15 @@ class LocalAttention2D(LocalAttentionBase):
     """
 
     def __init__(
-        self, num_heads, key_dim, query_shape, memory_flange=(0, 0), grid_shape=None, **kwargs
+        self, num_heads, key_dim, block_shape=None, memory_flange=(0, 0), grid_shape=None, **kwargs
     ):
-        query_shape = _pair("query_shape", query_shape, check_positive_int)
+        block_shape = renamed_block_shape(kwargs, block_shape, type(self).__name__)
+        block_shape = _pair("block_shape", block_shape, check_positive_int)
         memory_flange = _pair("memory_flange", memory_flange, check_non_negative_int)
         if grid_shape is not None:
             grid_shape = _pair("grid_shape", grid_shape, check_positive_int)
         super().__init__(num_heads, key_dim, **kwargs)
-        self.query_shape = query_shape
+        self.block_shape = block_shape
         self.memory_flange = memory_flange
         self.grid_shape = grid_shape
         if grid_shape is not None:
@@ -166,9 +168,22 @@ class LocalAttention2D(LocalAttentionBase):
     def get_config(self):
         config = super().get_config()
         config.update(
-            query_shape=self.query_shape, memory_flange=self.memory_flange, grid_shape=self.grid_shape
+            block_shape=self.block_shape, memory_flange=self.memory_flange, grid_shape=self.grid_shape
         )
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # Configs saved before the rename hold `query_shape`: they load as they are.
+        config = dict(config)
+        if "query_shape" in config and "block_shape" not in config:
+            config["block_shape"] = config.pop("query_shape")
+        return super().from_config(config)
+
+    @property
+    def query_shape(self):
+        """The old name of `block_shape`, read-only."""
+        return self.block_shape
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -226,13 +241,13 @@ class LocalAttention2D(LocalAttentionBase):
                 )
 
     def _check_cache_length(self, cache, grid_shape):
-        padded_height, padded_width = padded_grid_shape(*grid_shape, self.query_shape)
+        padded_height, padded_width = padded_grid_shape(*grid_shape, self.block_shape)
         needed = padded_height * padded_width
         if cache.shape[2] is not None and cache.shape[2] < needed:
             raise ValueError(
                 f"`cache` must hold the {needed} block-raster positions of the "
-                f"{grid_shape} grid padded to multiples of `query_shape` "
-                f"{self.query_shape}. Received: cache.shape={tuple(cache.shape)}"
+                f"{grid_shape} grid padded to multiples of `block_shape` "
+                f"{self.block_shape}. Received: cache.shape={tuple(cache.shape)}"
             )
 
     def _full_attention(
@@ -241,12 +256,12 @@ class LocalAttention2D(LocalAttentionBase):
         heads = self.num_heads
         query_blocks = _unfold_heads(
             image_to_blocks(
-                pad_image_to_blocks(self._head_images(query, grid_shape), self.query_shape),
-                self.query_shape,
+                pad_image_to_blocks(self._head_images(query, grid_shape), self.block_shape),
+                self.block_shape,
             ),
             heads,
         )
-        positions = memory_positions_2d(grid_shape, self.query_shape, self.memory_flange, causal)
+        positions = memory_positions_2d(grid_shape, self.block_shape, self.memory_flange, causal)
         key_memory, value_memory = (
             _unfold_heads(gather_pixels(self._head_images(x, grid_shape), positions), heads)
             for x in (key, value)
@@ -254,11 +269,11 @@ class LocalAttention2D(LocalAttentionBase):
         mask = pixel_validity(positions, grid_shape, key_mask)
         masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
         if causal:
-            masks.append(causal_memory_mask_2d(self.query_shape, self.memory_flange))
+            masks.append(causal_memory_mask_2d(self.block_shape, self.memory_flange))
         if query_mask is not None:
             query_valid = image_to_blocks(
-                pad_image_to_blocks(ops.cast(query_mask, "bool"), self.query_shape),
-                self.query_shape,
+                pad_image_to_blocks(ops.cast(query_mask, "bool"), self.block_shape),
+                self.block_shape,
             )
             masks.append(ops.expand_dims(query_valid, -1))
         attended = block_attention(
@@ -282,9 +297,9 @@ class LocalAttention2D(LocalAttentionBase):
         """`[batch, heads, blocks, qh * qw, n]` -> `[batch, heads, H * W, n]`,
         the query pixels in raster order."""
         height, width = grid_shape
-        padded_shape = padded_grid_shape(height, width, self.query_shape)
+        padded_shape = padded_grid_shape(height, width, self.block_shape)
         image = ops.reshape(blocks, [-1] + list(blocks.shape[2:]))  # [batch * heads, blocks, ...]
-        image = blocks_to_image(image, padded_shape, self.query_shape)[:, :height, :width]
+        image = blocks_to_image(image, padded_shape, self.block_shape)[:, :height, :width]
         return ops.reshape(image, [-1, self.num_heads, height * width, image.shape[-1]])
 
     def _block_bias(self, query_blocks, causal):
@@ -311,27 +326,27 @@ class LocalAttention2D(LocalAttentionBase):
         self, query, key_cache, value_cache, cache_update_index, query_mask, training, return_scores
     ):
         height, width = self.grid_shape
-        padded_height, padded_width = padded_grid_shape(height, width, self.query_shape)
-        query_height, query_width = self.query_shape
+        padded_height, padded_width = padded_grid_shape(height, width, self.block_shape)
+        query_height, query_width = self.block_shape
         block_size = query_height * query_width
         block = cache_update_index // block_size
         block_row = block // (padded_width // query_width)
         block_column = block % (padded_width // query_width)
 
         rows, columns = memory_pixels_2d(
-            block_row, block_column, self.query_shape, self.memory_flange, causal=True
+            block_row, block_column, self.block_shape, self.memory_flange, causal=True
         )
         inside = inside_image(rows, columns, (height, width))
         positions = block_raster_index(
             ops.clip(rows, 0, padded_height - 1),
             ops.clip(columns, 0, padded_width - 1),
             padded_width,
-            self.query_shape,
+            self.block_shape,
         )
         keys = ops.take(key_cache, positions, axis=1)
         values = ops.take(value_cache, positions, axis=1)
         causal = ops.take(
-            causal_memory_mask_2d(self.query_shape, self.memory_flange),
+            causal_memory_mask_2d(self.block_shape, self.memory_flange),
             cache_update_index % block_size,
             axis=0,
         )

@@ -1,6 +1,8 @@
 """What the local attention layers (1D, 2D) share: arguments, the call's
 front end, masks, caches and output specs."""
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -266,6 +268,25 @@ _FIXED_ARGUMENTS = {
     "attention_axes": "the blocks are cut along the layer's own position axes",
     "sliding_window": "the blocks and their memory already bound what a query sees",
 }
+
+
+def renamed_block_shape(kwargs, block_shape, layer_name):
+    """`block_shape`, or the value `kwargs` gives under its old name
+    `query_shape` (popped, with a `DeprecationWarning`).
+
+    Raises:
+        ValueError: both names are given, or neither.
+    """
+    if "query_shape" in kwargs:
+        if block_shape is not None:
+            raise ValueError("Pass `block_shape` only; `query_shape` is its old name.")
+        warnings.warn(
+            "`query_shape` is deprecated; pass `block_shape`.", DeprecationWarning, stacklevel=3
+        )
+        block_shape = kwargs.pop("query_shape")
+    if block_shape is None:
+        raise ValueError(f"{layer_name} needs `block_shape`, the query block `(height, width)`.")
+    return block_shape
 
 
 def _check_fixed_arguments(layer_name, **arguments):

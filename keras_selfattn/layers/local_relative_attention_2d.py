@@ -27,7 +27,7 @@ class LocalRelativeAttention2D(LocalAttention2D):
     offsets `dy = y' - y`, `dx = x' - x` each clipped to
     `[-max_relative_position[i], max_relative_position[i]]` (Shaw et al.'s
     clipping). With no absolute position signal the layer is translation
-    equivariant: an image shifted by a multiple of `query_shape` gives the
+    equivariant: an image shifted by a multiple of `block_shape` gives the
     shifted output wherever the windows stay inside the image.
 
     Tables: `relative_height_embeddings` `(2 kh + 1, key_dim)` and
@@ -45,7 +45,7 @@ class LocalRelativeAttention2D(LocalAttention2D):
     place in its block.
 
     Global 2D attention: one query block covering the image,
-    `query_shape=(height, width)` with `memory_flange=(0, 0)`; masked, that
+    `block_shape=(height, width)` with `memory_flange=(0, 0)`; masked, that
     is raster order over the whole image (as for `LocalAttention2D`).
 
     Sub-pixel images (channels folded into the width) work unchanged; `dx`
@@ -57,7 +57,8 @@ class LocalRelativeAttention2D(LocalAttention2D):
     Args:
         num_heads: number of attention heads.
         key_dim: size of each head for query and key.
-        query_shape: `(qh, qw)`, positive integers.
+        block_shape: `(qh, qw)`, positive integers: the query block
+            (`query_shape=` is its old name, with a `DeprecationWarning`).
         memory_flange: `(fh, fw)`, non-negative integers.
         grid_shape: `(height, width)` of the images decoded with a cache.
         max_relative_position: `(kh, kw)`, non-negative integers: the
@@ -88,14 +89,14 @@ class LocalRelativeAttention2D(LocalAttention2D):
     Example:
 
     >>> import numpy as np
-    >>> layer = LocalRelativeAttention2D(num_heads=2, key_dim=4, query_shape=(2, 2),
+    >>> layer = LocalRelativeAttention2D(num_heads=2, key_dim=4, block_shape=(2, 2),
     ...                                  memory_flange=(1, 1))
     >>> image = np.random.rand(1, 4, 6, 8).astype("float32")
     >>> tuple(layer(image, use_causal_mask=True).shape)
     (1, 4, 6, 8)
     >>> tuple(layer.relative_height_embeddings.shape)  # offsets -2 .. 2
     (5, 4)
-    >>> global_2d = LocalRelativeAttention2D(num_heads=2, key_dim=4, query_shape=(4, 6))
+    >>> global_2d = LocalRelativeAttention2D(num_heads=2, key_dim=4, block_shape=(4, 6))
     >>> tuple(global_2d(image).shape), tuple(global_2d.relative_width_embeddings.shape)
     ((1, 4, 6, 8), (11, 4))
 
@@ -110,7 +111,7 @@ class LocalRelativeAttention2D(LocalAttention2D):
         self,
         num_heads,
         key_dim,
-        query_shape,
+        block_shape=None,
         memory_flange=(0, 0),
         grid_shape=None,
         max_relative_position=None,
@@ -118,10 +119,10 @@ class LocalRelativeAttention2D(LocalAttention2D):
         relative_embeddings_initializer=None,
         **kwargs,
     ):
-        super().__init__(num_heads, key_dim, query_shape, memory_flange, grid_shape, **kwargs)
+        super().__init__(num_heads, key_dim, block_shape, memory_flange, grid_shape, **kwargs)
         if max_relative_position is None:
             max_relative_position = tuple(
-                size - 1 + flange for size, flange in zip(self.query_shape, self.memory_flange)
+                size - 1 + flange for size, flange in zip(self.block_shape, self.memory_flange)
             )
         self.max_relative_position = _non_negative_pair(
             "max_relative_position", max_relative_position
@@ -150,7 +151,7 @@ class LocalRelativeAttention2D(LocalAttention2D):
     def _offset_rows(self, causal):
         """Table rows `([qh * qw, memory], [qh * qw, memory])` of each
         query-memory pair of a block, height then width."""
-        offsets = block_relative_offsets_2d(self.query_shape, self.memory_flange, causal)
+        offsets = block_relative_offsets_2d(self.block_shape, self.memory_flange, causal)
         return tuple(
             clipped_offset_rows(offset, k) for offset, k in zip(offsets, self.max_relative_position)
         )

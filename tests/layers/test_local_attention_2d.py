@@ -252,7 +252,7 @@ def test_compiled_cached_step_with_tensor_index(layer_class):
 def test_layer_helper_masked_with_value(layer_class, tmp_path):
     run_layer_test(
         layer_class,
-        dict(num_heads=HEADS, key_dim=KEY_DIM, query_shape=(2, 3), memory_flange=(1, 2)),
+        dict(num_heads=HEADS, key_dim=KEY_DIM, block_shape=(2, 3), memory_flange=(1, 2)),
         {"query": images(7, 13), "value": images(7, 13, seed=1, channels=17)},
         tmp_path,
         call_kwargs={"use_causal_mask": True},
@@ -265,7 +265,7 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
         dict(
             num_heads=HEADS,
             key_dim=KEY_DIM,
-            query_shape=(2, 2),
+            block_shape=(2, 2),
             memory_flange=(2, 1),
             dropout=0.1,
             output_shape=17,
@@ -279,27 +279,52 @@ def test_layer_helper_unmasked_self_attention_with_dropout_and_output_shape(tmp_
 def test_config_round_trip_keeps_local_arguments():
     layer = LocalAttention2D(HEADS, KEY_DIM, [8, 32], [8, 16])
     config = layer.get_config()
-    assert config["query_shape"] == (8, 32) and config["memory_flange"] == (8, 16)
+    assert config["block_shape"] == (8, 32) and config["memory_flange"] == (8, 16)
     assert "use_causal_mask" not in config and "flash_attention" not in config
     assert LocalAttention2D.from_config(config).get_config() == config
+
+
+@LOCAL_2D_LAYERS
+def test_query_shape_is_the_deprecated_name_of_block_shape(layer_class):
+    with pytest.warns(DeprecationWarning, match="`query_shape` is deprecated; pass `block_shape`"):
+        layer = layer_class(HEADS, KEY_DIM, query_shape=(2, 3), memory_flange=(1, 2))
+    assert layer.block_shape == layer.query_shape == (2, 3)
+    with pytest.raises(ValueError, match="Pass `block_shape` only"):
+        layer_class(HEADS, KEY_DIM, block_shape=(2, 3), query_shape=(2, 3))
+    with pytest.raises(ValueError, match="needs `block_shape`"):
+        layer_class(HEADS, KEY_DIM)
+
+
+@LOCAL_2D_LAYERS
+def test_a_config_saved_with_query_shape_loads(layer_class):
+    layer = layer_class(HEADS, KEY_DIM, (2, 3), (1, 2))
+    old_config = layer.get_config()
+    old_config["query_shape"] = old_config.pop("block_shape")
+    restored = layer_class.from_config(old_config)
+    assert restored.get_config() == layer.get_config()
+    image = images(4, 6)
+    expected = numpy(layer(image, use_causal_mask=True))
+    restored(image)
+    restored.set_weights(layer.get_weights())
+    np.testing.assert_allclose(numpy(restored(image, use_causal_mask=True)), expected)
 
 
 @pytest.mark.parametrize(
     "kwargs, argument",
     [
-        (dict(query_shape=(0, 2)), "query_shape"),
-        (dict(query_shape=(2, -1)), "query_shape"),
-        (dict(query_shape=(2.0, 2)), "query_shape"),
-        (dict(query_shape=4), "query_shape"),
-        (dict(query_shape=(2, 2, 2)), "query_shape"),
-        (dict(query_shape=(2, 2), memory_flange=(-1, 0)), "memory_flange"),
-        (dict(query_shape=(2, 2), memory_flange=(1, 0.5)), "memory_flange"),
-        (dict(query_shape=(True, 2)), "query_shape"),
-        (dict(query_shape=(2, 2), memory_flange=(False, 1)), "memory_flange"),
-        (dict(query_shape=(2, 2), use_causal_mask=True), "use_causal_mask"),
-        (dict(query_shape=(2, 2), flash_attention=True), "flash_attention"),
-        (dict(query_shape=(2, 2), sliding_window=3), "sliding_window"),
-        (dict(query_shape=(2, 2), attention_axes=(1, 2)), "attention_axes"),
+        (dict(block_shape=(0, 2)), "block_shape"),
+        (dict(block_shape=(2, -1)), "block_shape"),
+        (dict(block_shape=(2.0, 2)), "block_shape"),
+        (dict(block_shape=4), "block_shape"),
+        (dict(block_shape=(2, 2, 2)), "block_shape"),
+        (dict(block_shape=(2, 2), memory_flange=(-1, 0)), "memory_flange"),
+        (dict(block_shape=(2, 2), memory_flange=(1, 0.5)), "memory_flange"),
+        (dict(block_shape=(True, 2)), "block_shape"),
+        (dict(block_shape=(2, 2), memory_flange=(False, 1)), "memory_flange"),
+        (dict(block_shape=(2, 2), use_causal_mask=True), "use_causal_mask"),
+        (dict(block_shape=(2, 2), flash_attention=True), "flash_attention"),
+        (dict(block_shape=(2, 2), sliding_window=3), "sliding_window"),
+        (dict(block_shape=(2, 2), attention_axes=(1, 2)), "attention_axes"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, argument):

@@ -242,7 +242,7 @@ def test_layer_helper_unmasked_per_head_tables_dropout_and_output_shape(tmp_path
         dict(
             num_heads=HEADS,
             key_dim=KEY_DIM,
-            query_shape=(2, 2),
+            block_shape=(2, 2),
             memory_flange=(2, 1),
             max_relative_position=(1, 2),
             heads_share_relative_embedding=False,
@@ -277,12 +277,12 @@ def test_config_round_trip_keeps_relative_arguments():
         (dict(max_relative_position=(1, 2.0)), "max_relative_position"),
         (dict(max_relative_position=(True, 1)), "max_relative_position"),
         (dict(heads_share_relative_embedding=None), "heads_share_relative_embedding"),
-        (dict(query_shape=(0, 2)), "query_shape"),
+        (dict(block_shape=(0, 2)), "block_shape"),
         (dict(flash_attention=True), "flash_attention"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, argument):
-    kwargs = dict(dict(query_shape=(2, 2), memory_flange=(1, 1)), **kwargs)
+    kwargs = dict(dict(block_shape=(2, 2), memory_flange=(1, 1)), **kwargs)
     with pytest.raises(ValueError, match=f"`{argument}`"):
         LocalRelativeAttention2D(HEADS, KEY_DIM, **kwargs)
 
