@@ -16,7 +16,6 @@ from keras_selfattn.models.image_common import position_grid
 from keras_selfattn.models.image_models import ImageTransformer
 
 
-@graph_when_eager
 def sample_images(
     model,
     batch_size=None,
@@ -37,13 +36,15 @@ def sample_images(
     (categorical head) or pixels (DMOL head), block-raster order for
     `local_2d` and `relative_local_2d` attention. With `known_pixels`, the
     top `known_rows` rows are fed to the model unchanged and the rest is
-    sampled (image completion).
+    sampled (image completion). The models' `generate` methods run the same
+    (`ImageTransformer.generate`, `SuperResolutionTransformer.generate`).
     Runs eagerly, under `tf.function` (one trace per input shapes and
     settings), with `jit_compile=True`, and under `jax.jit`.
 
     Args:
-        model: an `image_transformer` (categorical or DMOL head, with or
-            without classes) or `image_super_resolution` model.
+        model: an `ImageTransformer` (categorical or DMOL head, with or
+            without classes) or `SuperResolutionTransformer`, or a plain
+            Functional model an earlier version saved of either.
         batch_size: how many images; may be omitted when an input below
             gives it.
         class_labels: int `[batch]` classes, exactly for class-conditional
@@ -86,7 +87,30 @@ def sample_images(
     >>> tuple(sample_images(model, 2, seed=0).shape)
     (2, 2, 2, 3)
     """
-    image = ImageTransformer.from_model(model)
+    return generate_images(
+        ImageTransformer.from_model(model), batch_size, class_labels=class_labels,
+        low_resolution=low_resolution, known_pixels=known_pixels, known_rows=known_rows,
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, decoding=decoding,
+    )
+
+
+@graph_when_eager
+def generate_images(
+    image,
+    batch_size=None,
+    *,
+    class_labels=None,
+    low_resolution=None,
+    known_pixels=None,
+    known_rows=0,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    decoding="sample",
+):
+    """`sample_images` of the `ImageTransformer` `image` (the models'
+    `generate` methods run it)."""
     check_sampling_arguments(temperature, top_k, top_p)
     check_decoding(decoding, temperature, top_k, top_p)
     if image.is_dmol and (top_k != 0 or top_p != 1.0):
@@ -125,15 +149,15 @@ def generate_image(
     as a serving signature takes it); the top `known_rows` rows of
     `known_pixels` are fed to the model unchanged.
     """
-    config, image_shape = image.decoder_config, image.image_shape
-    condition, encoded = None, {}
+    image_shape = image.image_shape
+    encoded = {}
     if class_labels is not None:
-        condition = image.class_condition(class_labels)
+        encoded["class_condition"] = image.class_condition(class_labels)
     if low_resolution is not None:
         encoded = image.encode_low_resolution(low_resolution)
 
     order = image.generation_order()
-    columns = position_grid(image_shape, config["head"])[1]
+    columns = position_grid(image_shape, "dmol" if image.is_dmol else "categorical")[1]
     raster_index = order[:, 0] * columns + order[:, 1]  # of each step
     value_shape = (3,) if image.is_dmol else ()
     known = None
@@ -145,8 +169,8 @@ def generate_image(
 
     def step(index, state):
         values, previous, caches = state
-        outputs, caches = image.call_with_cache(previous, index, caches, condition, **encoded)
-        chosen = choose(outputs, index)
+        outputs, _, caches = image.call_with_cache(previous[:, None], caches, index, **encoded)
+        chosen = choose(outputs[:, 0], index)
         if known is not None:
             keep, known_values = known
             keep_now = ops.take(keep, index, axis=1)
@@ -157,7 +181,7 @@ def generate_image(
 
     values = ops.zeros((batch_size, raster_index.size) + value_shape, "int32")
     previous = ops.zeros((batch_size,) + value_shape, "int32")
-    caches = image.initial_caches(batch_size)
+    caches = image.initial_cache(batch_size)
     values, _, _ = ops.fori_loop(0, raster_index.size, step, (values, previous, caches))
     raster = ops.take(values, np.argsort(raster_index), axis=1)
     return ops.cast(ops.reshape(raster, (-1,) + tuple(image_shape)), "uint8")

@@ -6,11 +6,7 @@ from keras_selfattn.models.graph_transformer import (
     GraphTransformer,
     graph_transformer,
 )
-from keras_selfattn.models.image_decoding import (
-    generation_order,
-    image_decoder_step,
-    initial_image_caches,
-)
+from keras_selfattn.models.image_decoding import generation_order, image_decoder_step
 from keras_selfattn.models.image_models import ImageTransformer, SuperResolutionTransformer
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.losses import (

@@ -21,7 +21,6 @@ from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositio
 from keras_selfattn.layers.sinusoidal_position_encoding_nd import SinusoidalPositionEncodingND
 from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_selfattn.models.config import check_choice
-from keras_selfattn.models.decoding import numbered_layers
 from keras_selfattn.ops.blocking_2d import block_raster_to_raster, raster_to_block_raster
 
 ATTENTIONS = ("local_1d", "local_2d", "global", "relative_local_2d")
@@ -49,11 +48,16 @@ def check_image_config(image_shape, config):
         )
     if is_grid_attention(config["attention"]):
         grid = position_grid(image_shape, config["head"])
-        query_height, query_width = config["query_shape"]
-        if grid[0] % query_height or grid[1] % query_width:
+        block_shape = config["block_shape"]
+        if block_shape is None:
+            raise ValueError(
+                f"`attention={config['attention']!r}` needs `block_shape`, its query block "
+                "(rows, columns of the position grid). Received: block_shape=None"
+            )
+        if grid[0] % block_shape[0] or grid[1] % block_shape[1]:
             raise ValueError(
                 f"The position grid {grid} (height, width x channels for sub-pixels) must "
-                f"be a multiple of `query_shape` {tuple(config['query_shape'])}."
+                f"be a multiple of `block_shape` {tuple(block_shape)}."
             )
         flange_height, flange_width = config["memory_flange"]
         if flange_height > grid[0] or flange_width > grid[1]:
@@ -129,15 +133,15 @@ def to_attention_layout(grid, attention):
     return ops.reshape(grid, (-1, grid.shape[1] * grid.shape[2], grid.shape[3]))
 
 
-def shift_right(x, attention, query_shape):
+def shift_right(x, attention, block_shape):
     """Each position gets the previous position's input in generation order
     (block-raster order for 2D attention, raster order otherwise)."""
     if not is_grid_attention(attention):
         return _shift_sequence(x)
     grid_shape = (x.shape[1], x.shape[2])
     sequence = ops.reshape(x, (-1, grid_shape[0] * grid_shape[1], x.shape[3]))
-    sequence = raster_to_block_raster(sequence, grid_shape, query_shape)
-    sequence = block_raster_to_raster(_shift_sequence(sequence), grid_shape, query_shape)
+    sequence = raster_to_block_raster(sequence, grid_shape, block_shape)
+    sequence = block_raster_to_raster(_shift_sequence(sequence), grid_shape, block_shape)
     return ops.reshape(sequence, (-1,) + tuple(x.shape[1:]))
 
 
@@ -163,7 +167,7 @@ def decoder_attention(config, image_shape):
     if is_grid_attention(config["attention"]):
         layer = LocalAttention2D if config["attention"] == "local_2d" else LocalRelativeAttention2D
         return layer(
-            query_shape=tuple(config["query_shape"]),
+            block_shape=tuple(config["block_shape"]),
             memory_flange=tuple(config["memory_flange"]),
             grid_shape=position_grid(image_shape, config["head"]),
             **common,
@@ -189,17 +193,12 @@ def to_image_outputs(outputs, image_shape, head):
     return ops.reshape(outputs, (-1, height, width, outputs.shape[-1]))
 
 
-def image_decoder_layers(image_shape, config, cross_attention_factory=None, num_values=NUM_VALUES):
-    """The named layers of the image decoder stack; a categorical one codes
-    `num_values` values per channel."""
-    layers = {
-        "pixel_embedding": pixel_embedding(
-            image_shape, config["hidden_dim"], config["head"], "pixel_embedding", num_values
-        ),
-        "target_position": position_signal(config["attention"], "target_position"),
-    }
-    for index in range(config["num_layers"]):
-        layers[f"decoder_block_{index}"] = TransformerDecoderBlock(
+def decoder_blocks(image_shape, config, cross_attention_factory=None):
+    """The decoder blocks `decoder_block_{i}`, each over the masked
+    self-attention the config names (and a cross-attention from
+    `cross_attention_factory()` when given)."""
+    return [
+        TransformerDecoderBlock(
             decoder_attention(config, image_shape),
             feedforward_dim=config["feedforward_dim"],
             cross_attention=None if cross_attention_factory is None else cross_attention_factory(),
@@ -207,55 +206,39 @@ def image_decoder_layers(image_shape, config, cross_attention_factory=None, num_
             norm_first=True,
             name=f"decoder_block_{index}",
         )
-    if config.get("pixel_dropout"):
-        layers["pixel_dropout"] = keras.layers.Dropout(config["pixel_dropout"], name="pixel_dropout")
-    layers["decoder_norm"] = keras.layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
-    layers["logits"] = output_head(config, num_values)
-    return layers
+        for index in range(config["num_layers"])
+    ]
 
 
-def decoder_inputs(layers, pixels, config, image_shape, condition=None, position_condition=None):
+def decoder_inputs(decoder, pixels, config, image_shape, condition=None, position_condition=None):
     """The input of the first decoder block for `pixels`, in the attention
     layout: each position's embedded previous value (in generation order),
-    the conditions and the position signal (arguments as `decode_image`)."""
-    embedding = layers["pixel_embedding"]
-    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
-    grid = embed_pixels(pixels, embedding, config["head"], num_values)
-    x = to_attention_layout(grid, config["attention"])
-    x = shift_right(x, config["attention"], config["query_shape"])
-    if "pixel_dropout" in layers:
-        # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
-        keep = layers["pixel_dropout"](ops.ones_like(x[..., :1]))
-        x = x * ops.cast(keep > 0, x.dtype)
-    if condition is not None:
-        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
-    if position_condition is not None:
-        x = x + position_condition
-    return x + layers["target_position"](x)
-
-
-def decode_image(
-    layers, pixels, config, image_shape, condition=None, encoder_outputs=None, position_condition=None
-):
-    """Outputs for every position of `pixels`, each from the earlier ones.
+    the conditions and the position signal.
 
     Args:
-        layers: the dict from `image_decoder_layers`.
+        decoder: the model, whose `pixel_embedding`, `pixel_dropout` (or
+            `None`) and `target_position` layers are read.
         pixels: `[batch, H, W, C]` values 0..255 (the image being modelled),
             or their coded differences for a difference-coding decoder.
         config: the model's hyperparameters.
         image_shape: `(H, W, C)`.
         condition: optional `[batch, hidden_dim]` vector added everywhere
             (class embedding).
-        encoder_outputs: optional `[batch, length, hidden_dim]` for the
-            cross-attention (super-resolution).
         position_condition: optional per-position vectors in the attention
-            layout of the decoder input (the upsampled low-resolution image
-            of super-resolution), added after the shift.
+            layout (the upsampled low-resolution image of super-resolution),
+            added after the shift.
     """
-    x = decoder_inputs(layers, pixels, config, image_shape, condition, position_condition)
-    cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
-    for block in numbered_layers(layers, "decoder_block_"):
-        x = block(x, **cross)
-    outputs = layers["logits"](layers["decoder_norm"](x))
-    return to_image_outputs(outputs, image_shape, config["head"])
+    embedding = decoder.pixel_embedding
+    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
+    grid = embed_pixels(pixels, embedding, config["head"], num_values)
+    x = to_attention_layout(grid, config["attention"])
+    x = shift_right(x, config["attention"], config["block_shape"])
+    if decoder.pixel_dropout is not None:
+        # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
+        keep = decoder.pixel_dropout(ops.ones_like(x[..., :1]))
+        x = x * ops.cast(keep > 0, x.dtype)
+    if condition is not None:
+        x = x + ops.reshape(condition, [-1] + [1] * (len(x.shape) - 2) + [condition.shape[-1]])
+    if position_condition is not None:
+        x = x + position_condition
+    return x + decoder.target_position(x)

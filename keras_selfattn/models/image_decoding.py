@@ -12,7 +12,6 @@ import functools
 import numpy as np
 from keras import ops
 
-from keras_selfattn.models.decoding import numbered_layers
 from keras_selfattn.models.image_common import (
     coded_values,
     differences_from,
@@ -26,47 +25,41 @@ from keras_selfattn.ops.timing import timing_signal_nd
 
 def generation_order(image_shape, config):
     """`[positions, 2]` int32 `(row, column)` grid coordinates in generation order."""
-    query_shape = tuple(config["query_shape"]) if is_grid_attention(config["attention"]) else None
-    return _generation_order(tuple(image_shape), config["head"], query_shape).copy()
+    block_shape = tuple(config["block_shape"]) if is_grid_attention(config["attention"]) else None
+    return _generation_order(tuple(image_shape), config["head"], block_shape).copy()
 
 
 @functools.lru_cache(maxsize=32)
-def _generation_order(image_shape, head, query_shape):
+def _generation_order(image_shape, head, block_shape):
     # Cached: every decoding step looks the order up.
     rows, columns = position_grid(image_shape, head)
     grid = np.stack(np.meshgrid(np.arange(rows), np.arange(columns), indexing="ij"), -1)
     grid = grid.reshape(-1, 2)
-    if query_shape is not None:
-        order = block_raster_index(grid[:, 0], grid[:, 1], columns, query_shape)
+    if block_shape is not None:
+        order = block_raster_index(grid[:, 0], grid[:, 1], columns, block_shape)
         grid = grid[np.argsort(order)]
     return grid.astype("int32")
 
 
-def initial_image_caches(layers, batch_size, image_shape, config):
-    """Zero self-attention caches, one per decoder block, for a whole image."""
-    rows, columns = position_grid(image_shape, config["head"])
-    return [
-        block.self_attention.initial_cache(batch_size, rows * columns)
-        for block in numbered_layers(layers, "decoder_block_")
-    ]
-
-
 def image_decoder_step(
-    layers, config, image_shape, previous, step, caches, condition=None, encoder_outputs=None,
+    decoder, config, image_shape, previous, step, caches, class_condition=None, encoder_outputs=None,
     position_condition=None, position_logits=None, estimates=None,
 ):
     """The outputs for the position at `step` in generation order.
 
     Args:
-        layers: the model's `{name: layer}` dict (`decoding.layers_by_name`).
-        config: the model's hyperparameters (as for the builder).
+        decoder: the model, whose decoder layers (`pixel_embedding`,
+            `target_position`, `decoder_blocks`, `decoder_norm`,
+            `output_projection`) the step runs.
+        config: the model's hyperparameters.
         image_shape: `(height, width, channels)`.
         previous: the value generated at `step - 1`: `[batch]` int sub-pixel
             values for the categorical head, `[batch, channels]` pixels for
             DMOL; ignored at step 0.
         step: the step, an int or scalar int tensor.
-        caches: from `initial_image_caches` or the previous step.
-        condition: optional `[batch, hidden_dim]` class embedding.
+        caches: one self-attention cache per decoder block, from the model's
+            `initial_cache` or the previous step.
+        class_condition: optional `[batch, hidden_dim]` class embedding.
         encoder_outputs: optional encoder outputs (super-resolution).
         position_condition: optional `[batch, positions, hidden_dim]`
             vectors in raster order, the one of this step's position added
@@ -81,8 +74,9 @@ def image_decoder_step(
             over differences come back as logits over values.
 
     Returns:
-        `(outputs, caches)`: `[batch, 256]` logits or `[batch, 10 m]` DMOL
-        parameters, and the updated caches.
+        `(outputs, hidden, caches)`: `[batch, 256]` logits or `[batch, 10 m]`
+        DMOL parameters, the `[batch, hidden_dim]` final hidden state they
+        project, and the updated caches.
     """
     order = ops.convert_to_tensor(generation_order(image_shape, config))
     step = ops.cast(step, "int32")
@@ -90,29 +84,30 @@ def image_decoder_step(
     if estimates is not None:
         previous_index = _raster_index(config, image_shape, order, ops.maximum(step - 1, 0))
         previous = differences_from(previous, ops.take(estimates, previous_index, axis=1))
-    x = _previous_embedding(layers, config, image_shape, previous, order, step)
-    if condition is not None:
-        x = x + condition
+    x = _previous_embedding(decoder.pixel_embedding, config, image_shape, previous, order, step)
+    if class_condition is not None:
+        x = x + class_condition
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
-    x = x + _position_signal(layers, config, image_shape, step, raster_index, x.dtype)
+    x = x + _position_signal(decoder.target_position, config, image_shape, step, raster_index, x.dtype)
     x = x[:, None, None, :] if is_grid_attention(config["attention"]) else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     new_caches = []
-    for index, block in enumerate(numbered_layers(layers, "decoder_block_")):
-        x, cache = block(x, cache=caches[index], cache_update_index=step, **cross)
+    for block, cache in zip(decoder.decoder_blocks, caches):
+        x, cache = block(x, cache=cache, cache_update_index=step, **cross)
         new_caches.append(cache)
-    outputs = layers["logits"](layers["decoder_norm"](x))
+    hidden = decoder.decoder_norm(x)
+    outputs = decoder.output_projection(hidden)
+    hidden = ops.reshape(hidden, (-1, hidden.shape[-1]))
     outputs = ops.reshape(outputs, (-1, outputs.shape[-1]))
     if estimates is not None:
         outputs = values_from_differences(outputs, ops.take(estimates, raster_index, axis=1))
     if position_logits is not None:
         outputs = outputs + ops.take(position_logits, raster_index, axis=1)
-    return outputs, new_caches
+    return outputs, hidden, new_caches
 
 
-def _previous_embedding(layers, config, image_shape, previous, order, step):
-    embedding = layers["pixel_embedding"]
+def _previous_embedding(embedding, config, image_shape, previous, order, step):
     if config["head"] == "dmol":
         vector = embedding(ops.cast(previous, "float32") / 127.5 - 1.0)
     else:
@@ -122,8 +117,7 @@ def _previous_embedding(layers, config, image_shape, previous, order, step):
     return vector * ops.cast(step > 0, vector.dtype)
 
 
-def _position_signal(layers, config, image_shape, step, raster_index, dtype):
-    position = layers["target_position"]
+def _position_signal(position, config, image_shape, step, raster_index, dtype):
     if not is_grid_attention(config["attention"]):
         signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), cache_update_index=step)
         return signal[:, 0]

@@ -358,7 +358,7 @@ def test_super_resolve_decodes_each_row_as_its_decoding_asks(export_base, head):
     """Rows of both decodings in one request: a posterior-mean row is
     `sample_images(decoding="posterior_mean")` of it alone, whatever its
     seed and temperature; a sampled row is its draw alone."""
-    overrides = dict(head="dmol", query_shape=(2, 2), num_mixtures=3) if head == "dmol" else {}
+    overrides = dict(head="dmol", block_shape=(2, 2), num_mixtures=3) if head == "dmol" else {}
     model = super_resolution_model(**overrides)
     loaded = tf.saved_model.load(export_for_serving(model, export_base, name=f"super_resolution_{head}"))
     rows = [(b"posterior_mean", 0.0, 1), (b"sample", 0.8, 2), (b"posterior_mean", 1.3, 3), (b"sample", 0.0, 4)]

@@ -65,7 +65,7 @@ def _pixels(batch, shape=IMAGE_SHAPE):
 def _image():
     model = image_transformer(
         IMAGE_SHAPE, preset="tiny", attention="local_2d", num_classes=3, block_length=8,
-        query_shape=(2, 6), memory_flange=(1, 2), **ONE_BLOCK,
+        block_shape=(2, 6), memory_flange=(1, 2), **ONE_BLOCK,
     )
     return model, [{"pixels": _pixels(batch), "class_label": _ids(3, (batch,))} for batch in (2, 1)]
 

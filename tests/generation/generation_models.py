@@ -27,21 +27,21 @@ def translation_model(position, vocab_size=12, **overrides):
     return transformer_translation(14, vocab_size, preset="tiny", position=position, **SMALL, **overrides)
 
 
-def image_query_shape(head):
+def image_block_shape(head):
     return (2, 2) if head == "dmol" else (2, 6)
 
 
 def image_model(attention, head="categorical", num_classes=None):
     return image_transformer(
         IMAGE_SHAPE, preset="tiny", attention=attention, head=head, num_classes=num_classes,
-        block_length=8, query_shape=image_query_shape(head), memory_flange=(1, 2), num_mixtures=3,
+        block_length=8, block_shape=image_block_shape(head), memory_flange=(1, 2), num_mixtures=3,
         **SMALL,
     )
 
 
 def super_resolution_model(**overrides):
     """Its upsampler's correction is random (nonzero), as after fitting."""
-    settings = dict(block_length=8, query_shape=(2, 6), memory_flange=(1, 2), num_encoder_layers=1, **SMALL)
+    settings = dict(block_length=8, block_shape=(2, 6), memory_flange=(1, 2), num_encoder_layers=1, **SMALL)
     return with_fitted_upsampler(
         image_super_resolution(LOW_SHAPE, IMAGE_SHAPE, preset="tiny", **dict(settings, **overrides))
     )
@@ -51,7 +51,7 @@ def with_fitted_upsampler(model, seed=4):
     """The super-resolution model with a random (nonzero) correction in its
     upsampler, as after fitting it."""
     rng = np.random.default_rng(seed)
-    for weight in model.get_layer("upsampler").get_layer("upsampler_correction").weights:
+    for weight in model.upsampler.get_layer("upsampler_correction").weights:
         weight.assign(rng.normal(0, 0.05, weight.shape))
     return model
 
@@ -111,7 +111,7 @@ def generation_order(attention, head):
     columns = width * channels if head == "categorical" else width
     grid = [(row, column) for row in range(height) for column in range(columns)]
     if attention in ("local_2d", "relative_local_2d"):
-        block_rows, block_columns = image_query_shape(head)
+        block_rows, block_columns = image_block_shape(head)
         grid.sort(
             key=lambda p: (p[0] // block_rows, p[1] // block_columns, p[0] % block_rows, p[1] % block_columns)
         )

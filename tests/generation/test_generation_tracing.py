@@ -89,7 +89,7 @@ def test_eager_calls_trace_once_per_shape_and_settings_note_rules_included():
         sequences.generate_translation: lambda seed: translate_tokens(
             translation, RNG.integers(2, 14, (2, 4)), 4, temperature=1.0, seed=seed
         ),
-        images.sample_images: lambda seed: sample_images(
+        images.generate_images: lambda seed: sample_images(
             image, known_pixels=RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8"), known_rows=1,
             seed=seed,
         ),

@@ -3,12 +3,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.models.config import resolve_preset
-from keras_selfattn.models.decoding import layers_by_name
-from keras_selfattn.models.image_decoding import (
-    generation_order,
-    image_decoder_step,
-    initial_image_caches,
-)
+from keras_selfattn.models.image_decoding import generation_order
 from keras_selfattn.models.image_common import NUM_DIFFERENCES, values_from_differences
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
 from keras_selfattn.models.super_resolution import (
@@ -20,7 +15,7 @@ from tests.generation.generation_models import with_fitted_upsampler
 
 RNG = np.random.default_rng(9)
 SHAPE = (4, 4, 3)
-TINY = dict(preset="tiny", block_length=8, query_shape=(2, 6), memory_flange=(1, 3))
+TINY = dict(preset="tiny", block_length=8, block_shape=(2, 6), memory_flange=(1, 3))
 
 
 def _generation_order(attention, head):
@@ -32,7 +27,7 @@ def _generation_order(attention, head):
     positions = [(r, c // channels, c % channels) for r in range(height) for c in range(width * channels)]
     if attention in ("local_2d", "relative_local_2d"):
         positions.sort(
-            key=lambda p: int(block_raster_index(p[0], p[1] * channels + p[2], width * channels, TINY["query_shape"]))
+            key=lambda p: int(block_raster_index(p[0], p[1] * channels + p[2], width * channels, TINY["block_shape"]))
         )
     return positions
 
@@ -49,7 +44,7 @@ def _pixels():
 @pytest.mark.parametrize("head", ["categorical", "dmol"])
 @pytest.mark.parametrize("attention", ["local_1d", "local_2d", "global", "relative_local_2d"])
 def test_each_output_sees_only_earlier_positions(attention, head):
-    overrides = dict(TINY, query_shape=(2, 2)) if head == "dmol" else TINY
+    overrides = dict(TINY, block_shape=(2, 2)) if head == "dmol" else TINY
     model = image_transformer(SHAPE, attention=attention, head=head, **overrides)
     order = _generation_order(attention, head)
     if head == "dmol" and attention in ("local_2d", "relative_local_2d"):
@@ -75,15 +70,15 @@ def test_cached_steps_in_generation_order_equal_the_forward_pass(attention, head
     overrides = dict(TINY, attention=attention, head=head)
     del overrides["preset"]
     if head == "dmol":
-        overrides["query_shape"] = (2, 2)
+        overrides["block_shape"] = (2, 2)
     config = resolve_preset("image_transformer", IMAGE_PRESETS, "tiny", overrides)
     model = image_transformer(SHAPE, preset="tiny", num_classes=4, **overrides)
     pixels, labels = _pixels(), np.array([1, 3])
     full = np.asarray(model({"pixels": pixels, "class_label": labels}))
-    layers = layers_by_name(model)
-    condition = layers["class_embedding"](labels)
-    caches = initial_image_caches(layers, 2, SHAPE, config)
+    condition = model.class_condition(labels)
+    caches = model.initial_cache(2)
     order = [tuple(p) for p in generation_order(SHAPE, config)]
+    assert np.array_equal(model.generation_order(), order)
     channels = SHAPE[-1]
 
     def value_at(row, column):  # grid coordinates -> generated value(s)
@@ -93,11 +88,10 @@ def test_cached_steps_in_generation_order_equal_the_forward_pass(attention, head
 
     previous = np.zeros((2,) if head == "categorical" else (2, channels), "int32")
     for step, (row, column) in enumerate(order):
-        outputs, caches = image_decoder_step(
-            layers, config, SHAPE, previous, step, caches, condition=condition
-        )
+        outputs, hidden, caches = model.call_with_cache(previous[:, None], caches, step, class_condition=condition)
+        assert hidden.shape == (2, 1, model.decoder_config["hidden_dim"])
         value, expected = value_at(row, column)
-        np.testing.assert_allclose(outputs, expected, atol=1e-5)
+        np.testing.assert_allclose(outputs[:, 0], expected, atol=1e-5)
         previous = value
 
 
@@ -114,7 +108,7 @@ def test_relative_local_2d_is_local_2d_with_relative_tables():
     relative = image_transformer(SHAPE, attention="relative_local_2d", **TINY)
     plain = image_transformer(SHAPE, attention="local_2d", **TINY)
     assert relative.decoder_config["attention"] == "relative_local_2d"
-    assert relative.decoder_config["query_shape"] == TINY["query_shape"]
+    assert relative.decoder_config["block_shape"] == TINY["block_shape"]
     blocks = [layer for layer in relative.layers if layer.name.startswith("decoder_block_")]
     tables = []
     for block in blocks:
@@ -149,7 +143,7 @@ def _bicubic(low, size):
 
 def test_super_resolution_upsampler_starts_as_bicubic_and_stays_frozen():
     model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
-    upsampler = model.get_layer("upsampler")
+    upsampler = model.upsampler
     low = RNG.integers(0, 256, (2, 2, 2, 3))
     np.testing.assert_allclose(upsampler(low), _bicubic(low, SHAPE[:2]), atol=1e-4)
     assert not upsampler.trainable and upsampler.weights
@@ -160,13 +154,13 @@ def test_super_resolution_upsampler_starts_as_bicubic_and_stays_frozen():
     with pytest.raises(ValueError, match="`upsampler_width` must be an integer >= 1"):
         image_super_resolution((2, 2, 3), SHAPE, **TINY, upsampler_width=2.5)
     plain = image_super_resolution((2, 2, 3), SHAPE, **TINY, upsampler_layers=0)
-    assert not plain.get_layer("upsampler").weights
+    assert not plain.upsampler.weights
 
 
 def test_super_resolution_prior_is_centred_on_the_upsampler_estimate():
     model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     low = RNG.integers(0, 256, (2, 2, 2, 3))
-    estimate = np.asarray(model.get_layer("upsampler")(low))
+    estimate = np.asarray(model.upsampler(low))
     rounded = np.clip(np.round(estimate), 0, 255)
     assert np.mean(rounded != np.clip(np.round(_bicubic(low, SHAPE[:2])), 0, 255)) > 0.5
     encoded = model.encode_low_resolution(low)
@@ -183,7 +177,7 @@ def test_super_resolution_decoder_refines_the_upsampler_estimate():
     the truth, which the prior alone never does."""
     model = with_fitted_upsampler(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     low = RNG.integers(20, 236, (16, 2, 2, 3))
-    estimate = np.clip(np.round(np.asarray(model.get_layer("upsampler")(low))), 0, 255)
+    estimate = np.clip(np.round(np.asarray(model.upsampler(low))), 0, 255)
     high = np.clip(estimate + 3, 0, 255).astype("int32")
     inputs = {"low_resolution": low, "pixels": high}
 
@@ -198,7 +192,7 @@ def test_super_resolution_decoder_refines_the_upsampler_estimate():
     model.fit(inputs, high, batch_size=16, epochs=60, verbose=0)
     assert share_at_truth() > 0.9
     # The upsampler stayed frozen: the decoder did the refining.
-    refitted = np.clip(np.round(np.asarray(model.get_layer("upsampler")(low))), 0, 255)
+    refitted = np.clip(np.round(np.asarray(model.upsampler(low))), 0, 255)
     np.testing.assert_array_equal(refitted, estimate)
 
 
@@ -225,20 +219,18 @@ def test_super_resolution_cached_steps_equal_the_forward_pass(attention):
     full = np.asarray(model({"low_resolution": low, "pixels": high}))
     encoded = model.encode_low_resolution(low)
     assert set(encoded) == {"encoder_outputs", "position_condition", "position_logits", "estimates"}
-    layers = layers_by_name(model)
-    caches = initial_image_caches(layers, 2, SHAPE, config)
+    caches = model.initial_cache(2)
     previous = np.zeros((2,), "int32")
     for step, (row, column) in enumerate(generation_order(SHAPE, config)):
-        outputs, caches = image_decoder_step(
-            layers, config, SHAPE, previous, step, caches, **encoded
-        )
+        outputs, _, caches = model.call_with_cache(previous[:, None], caches, step, **encoded)
+        outputs = outputs[:, 0]
         pixel, channel = column // SHAPE[-1], column % SHAPE[-1]
         np.testing.assert_allclose(outputs, full[:, row, pixel, channel], atol=1e-5)
         previous = high[:, row, pixel, channel]
 
 
 def _without_upsampled_features(model):
-    layer = model.get_layer("upsampled_conv_1")
+    layer = model.upsampled_conv_1
     layer.kernel.assign(np.zeros(layer.kernel.shape))
     layer.bias.assign(np.zeros(layer.bias.shape))
     return model
@@ -248,7 +240,7 @@ def test_super_resolution_decoder_input_carries_the_upsampled_image():
     model = _without_upsampled_features(image_super_resolution((2, 2, 3), SHAPE, **TINY))
     flat = np.full((1, 2, 2, 3), 100)
     upsampled = model.encode_low_resolution(flat)["position_condition"]
-    table = model.get_layer("upsampled_embedding").embeddings.numpy()
+    table = model.upsampled_embedding.embeddings.numpy()
     # A flat image stays flat under any interpolation: every pixel's channel c
     # is embedded as value 100 of channel c.
     expected = np.tile(table[[100, 356, 612]], (SHAPE[0] * SHAPE[1], 1))
@@ -286,10 +278,10 @@ def test_super_resolution_decoder_input_sees_the_upsampled_image_ahead():
 def test_super_resolution_logits_carry_the_interpolation_prior():
     model = image_super_resolution((2, 2, 3), SHAPE, **TINY)
     precision = 0.05
-    model.get_layer("interpolation_prior").kernel.assign([[precision]])
+    model.interpolation_prior.kernel.assign([[precision]])
     low, high = np.full((1, 2, 2, 3), 100), _pixels()[:1]
     with_prior = np.asarray(model({"low_resolution": low, "pixels": high}))
-    model.get_layer("interpolation_prior").kernel.assign([[0.0]])
+    model.interpolation_prior.kernel.assign([[0.0]])
     without = np.asarray(model({"low_resolution": low, "pixels": high}))
     # A flat image's estimate is 100 everywhere: the prior is a parabola there.
     expected = -0.5 * precision * (np.arange(256) - 100.0) ** 2
@@ -312,10 +304,9 @@ def test_super_resolution_decoder_scores_differences_from_the_estimate():
     # features of the upsampled image, the prior), the decoder sees only
     # differences: brightening both images by 30 moves every distribution 30
     # values up.
-    for name in ("source_embedding", "upsampled_embedding"):
-        layer = model.get_layer(name)
+    for layer in (model.source_embedding, model.upsampled_embedding):
         layer.embeddings.assign(np.zeros(layer.embeddings.shape))
-    model.get_layer("interpolation_prior").kernel.assign([[0.0]])
+    model.interpolation_prior.kernel.assign([[0.0]])
     high = RNG.integers(40, 200, (2,) + SHAPE)
     darker = np.asarray(model({"low_resolution": np.full((2, 2, 2, 3), 100), "pixels": high}))
     brighter = np.asarray(model({"low_resolution": np.full((2, 2, 2, 3), 130), "pixels": high + 30}))
@@ -362,12 +353,12 @@ class TestBadInput:
             image_transformer(SHAPE, preset="tiny", head="gaussian")
 
     def test_image_incompatible_with_blocks(self):
-        with pytest.raises(ValueError, match="multiple of `query_shape`"):
-            image_transformer(SHAPE, preset="tiny", attention="local_2d", query_shape=(3, 5))
+        with pytest.raises(ValueError, match="multiple of `block_shape`"):
+            image_transformer(SHAPE, preset="tiny", attention="local_2d", block_shape=(3, 5))
 
     def test_flange_larger_than_the_image(self):
         with pytest.raises(ValueError, match="`memory_flange`"):
-            image_transformer(SHAPE, preset="tiny", attention="local_2d", query_shape=(2, 6), memory_flange=(8, 3))
+            image_transformer(SHAPE, preset="tiny", attention="local_2d", block_shape=(2, 6), memory_flange=(8, 3))
 
     def test_num_classes(self):
         with pytest.raises(ValueError, match="`num_classes` must be an integer >= 2"):

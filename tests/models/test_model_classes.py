@@ -20,7 +20,7 @@ from keras_selfattn.models import (
 
 RNG = np.random.default_rng(13)
 LOW_RESOLUTION = RNG.integers(0, 256, (2, 2, 2, 3)).astype("uint8")
-IMAGE = dict(preset="tiny", num_layers=1, query_shape=(2, 6), memory_flange=(1, 3), block_length=8)
+IMAGE = dict(preset="tiny", num_layers=1, block_shape=(2, 6), memory_flange=(1, 3), block_length=8)
 
 
 def _builders():

@@ -7,7 +7,6 @@ import pytest
 
 from keras_selfattn.generation import sample_images
 from keras_selfattn.models import SUPER_RESOLUTION_PRESETS, image_super_resolution
-from keras_selfattn.models.image_models import LOW_RESOLUTION_LAYERS
 from tests.generation.generation_models import (
     IMAGE_SHAPE,
     LOW_SHAPE,
@@ -16,7 +15,7 @@ from tests.generation.generation_models import (
     posterior_mean_image,
 )
 
-SIZES = dict(SMALL, num_encoder_layers=1, block_length=8, query_shape=(2, 6), memory_flange=(1, 2), dropout=0.0)
+SIZES = dict(SMALL, num_encoder_layers=1, block_length=8, block_shape=(2, 6), memory_flange=(1, 2), dropout=0.0)
 ADDED_LAYERS = {"upsampler", "upsampled_estimate", "upsampled_condition", "interpolation_prior"}
 
 
@@ -30,7 +29,7 @@ def test_the_paper_preset_has_no_upsampled_inputs():
     assert not ADDED_LAYERS & _layer_names(model)
     assert model.upsampler is None
     # Sub-pixel values, not differences from an estimate.
-    assert model.get_layer("pixel_embedding").input_dim == 256 * IMAGE_SHAPE[-1]
+    assert model.pixel_embedding.input_dim == 256 * IMAGE_SHAPE[-1]
     assert not model.codes_differences
     assert set(model.encode_low_resolution(np.zeros((1,) + LOW_SHAPE, "int32"))) == {"encoder_outputs"}
     # The builder's default preset is the paper's.
@@ -43,7 +42,7 @@ def test_the_other_presets_add_the_upsampled_inputs(preset):
     assert SUPER_RESOLUTION_PRESETS[preset]["upsampled_inputs"] is True
     model = image_super_resolution(LOW_SHAPE, IMAGE_SHAPE, preset=preset, **SIZES)
     assert ADDED_LAYERS <= _layer_names(model)
-    assert set(LOW_RESOLUTION_LAYERS) <= _layer_names(model)
+    assert model.encoder_norm.name == "encoder_norm" and model.upsampled_condition.name == "upsampled_condition"
     assert model.codes_differences and model.upsampler is not None
 
 
