@@ -51,6 +51,17 @@ class FamilyModel(keras.Model):
     def __init__(self, *args, hyperparameters=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._hyperparameters = dict(hyperparameters or {})
+        self._model_initialized = True
+
+    def __setattr__(self, name, value):
+        # A family sets its layers as attributes before it builds its graph;
+        # on the torch backend a Keras model is a torch Module, which refuses
+        # a module attribute before its own `__init__`. The Functional graph
+        # tracks those layers, so before it is built a plain attribute does.
+        if keras.config.backend() == "torch" and "_model_initialized" not in self.__dict__:
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)
 
     def get_config(self):
         if not self._hyperparameters:

@@ -32,122 +32,122 @@ array([ True,  True,  True,  True,  True,  True, False])
 from keras import ops
 
 
-def check_divisible(height, width, query_shape):
-    """Raises a `ValueError` unless `query_shape` tiles `(height, width)`."""
-    query_height, query_width = query_shape
-    if height % query_height or width % query_width:
+def check_divisible(height, width, block_shape):
+    """Raises a `ValueError` unless `block_shape` tiles `(height, width)`."""
+    block_height, block_width = block_shape
+    if height % block_height or width % block_width:
         raise ValueError(
             f"The image ({height} x {width}) must be a multiple of "
-            f"`query_shape` {tuple(query_shape)}; pad it first "
+            f"`block_shape` {tuple(block_shape)}; pad it first "
             "(`pad_image_to_blocks`)."
         )
 
 
-def padded_grid_shape(height, width, query_shape):
-    """`(height, width)` rounded up to multiples of `query_shape`."""
-    query_height, query_width = query_shape
-    return (-(-height // query_height) * query_height, -(-width // query_width) * query_width)
+def padded_grid_shape(height, width, block_shape):
+    """`(height, width)` rounded up to multiples of `block_shape`."""
+    block_height, block_width = block_shape
+    return (-(-height // block_height) * block_height, -(-width // block_width) * block_width)
 
 
-def pad_image_to_blocks(image, query_shape):
-    """Zero-pads `[batch, height, width, ...]` to multiples of `query_shape`."""
+def pad_image_to_blocks(image, block_shape):
+    """Zero-pads `[batch, height, width, ...]` to multiples of `block_shape`."""
     height, width = image.shape[1], image.shape[2]
-    padded_height, padded_width = padded_grid_shape(height, width, query_shape)
+    padded_height, padded_width = padded_grid_shape(height, width, block_shape)
     widths = [(0, 0)] * len(image.shape)
     widths[1] = (0, padded_height - height)
     widths[2] = (0, padded_width - width)
     return ops.pad(image, widths)
 
 
-def image_to_blocks(image, query_shape):
+def image_to_blocks(image, block_shape):
     """`[batch, H, W, ...]` -> `[batch, num_blocks, qh * qw, ...]`, block-raster order."""
     height, width = image.shape[1], image.shape[2]
-    check_divisible(height, width, query_shape)
-    query_height, query_width = query_shape
+    check_divisible(height, width, block_shape)
+    block_height, block_width = block_shape
     rest = list(ops.shape(image)[3:])
     blocks = ops.reshape(
         image,
-        [-1, height // query_height, query_height, width // query_width, query_width] + rest,
+        [-1, height // block_height, block_height, width // block_width, block_width] + rest,
     )
     blocks = ops.transpose(blocks, _swap_axes_2_and_3(len(blocks.shape)))
     return ops.reshape(
         blocks,
-        [-1, (height // query_height) * (width // query_width), query_height * query_width] + rest,
+        [-1, (height // block_height) * (width // block_width), block_height * block_width] + rest,
     )
 
 
-def blocks_to_image(blocks, grid_shape, query_shape):
+def blocks_to_image(blocks, grid_shape, block_shape):
     """Inverse of `image_to_blocks`; `grid_shape` is the (padded) `(height, width)`."""
     height, width = grid_shape
-    check_divisible(height, width, query_shape)
-    query_height, query_width = query_shape
+    check_divisible(height, width, block_shape)
+    block_height, block_width = block_shape
     rest = list(ops.shape(blocks)[3:])
     grid = ops.reshape(
         blocks,
-        [-1, height // query_height, width // query_width, query_height, query_width] + rest,
+        [-1, height // block_height, width // block_width, block_height, block_width] + rest,
     )
     grid = ops.transpose(grid, _swap_axes_2_and_3(len(grid.shape)))
     return ops.reshape(grid, [-1, height, width] + rest)
 
 
-def raster_to_block_raster(sequence, grid_shape, query_shape):
+def raster_to_block_raster(sequence, grid_shape, block_shape):
     """Reorders `[batch, H * W, ...]` from raster to block-raster order."""
     height, width = grid_shape
     image = ops.reshape(sequence, [-1, height, width] + list(ops.shape(sequence)[2:]))
-    blocks = image_to_blocks(image, query_shape)
+    blocks = image_to_blocks(image, block_shape)
     return ops.reshape(blocks, [-1, height * width] + list(ops.shape(sequence)[2:]))
 
 
-def block_raster_to_raster(sequence, grid_shape, query_shape):
+def block_raster_to_raster(sequence, grid_shape, block_shape):
     """Reorders `[batch, H * W, ...]` from block-raster to raster order."""
     height, width = grid_shape
-    query_height, query_width = query_shape
-    check_divisible(height, width, query_shape)
+    block_height, block_width = block_shape
+    check_divisible(height, width, block_shape)
     rest = list(ops.shape(sequence)[2:])
     blocks = ops.reshape(
         sequence,
-        [-1, (height // query_height) * (width // query_width), query_height * query_width] + rest,
+        [-1, (height // block_height) * (width // block_width), block_height * block_width] + rest,
     )
-    image = blocks_to_image(blocks, grid_shape, query_shape)
+    image = blocks_to_image(blocks, grid_shape, block_shape)
     return ops.reshape(image, [-1, height * width] + rest)
 
 
-def block_raster_index(rows, columns, padded_width, query_shape):
+def block_raster_index(rows, columns, padded_width, block_shape):
     """Position in block-raster order of pixels `(rows, columns)` (int tensors)."""
-    query_height, query_width = query_shape
-    blocks_per_row = padded_width // query_width
-    block = (rows // query_height) * blocks_per_row + columns // query_width
-    inside = (rows % query_height) * query_width + columns % query_width
-    return block * (query_height * query_width) + inside
+    block_height, block_width = block_shape
+    blocks_per_row = padded_width // block_width
+    block = (rows // block_height) * blocks_per_row + columns // block_width
+    inside = (rows % block_height) * block_width + columns % block_width
+    return block * (block_height * block_width) + inside
 
 
-def memory_regions_2d(query_shape, memory_flange, causal):
+def memory_regions_2d(block_shape, memory_flange, causal):
     """The memory as rectangles of offsets: `[(dy0, dy1, dx0, dx1), ...]`.
 
     Each rectangle covers `dy in [dy0, dy1)`, `dx in [dx0, dx1)` relative to
     the block's top-left corner, in the order of `extract_memory_2d`.
     """
-    (query_height, query_width), (flange_height, flange_width) = query_shape, memory_flange
+    (block_height, block_width), (flange_height, flange_width) = block_shape, memory_flange
     if not causal:
         return [
             (
                 -flange_height,
-                query_height + flange_height,
+                block_height + flange_height,
                 -flange_width,
-                query_width + flange_width,
+                block_width + flange_width,
             )
         ]
     regions = []
     if flange_height:
-        regions.append((-flange_height, 0, -flange_width, query_width + flange_width))
-    regions.append((0, query_height, -flange_width, query_width))
+        regions.append((-flange_height, 0, -flange_width, block_width + flange_width))
+    regions.append((0, block_height, -flange_width, block_width))
     return regions
 
 
-def memory_offsets_2d(query_shape, memory_flange, causal):
+def memory_offsets_2d(block_shape, memory_flange, causal):
     """`(dy, dx)`: two int32 `[memory_length]` tensors, one entry per memory position."""
     rows, columns = [], []
-    for top, bottom, left, right in memory_regions_2d(query_shape, memory_flange, causal):
+    for top, bottom, left, right in memory_regions_2d(block_shape, memory_flange, causal):
         dy = ops.arange(top, bottom, dtype="int32")[:, None]
         dx = ops.arange(left, right, dtype="int32")[None, :]
         rows.append(ops.reshape(ops.broadcast_to(dy, (bottom - top, right - left)), [-1]))
@@ -155,46 +155,46 @@ def memory_offsets_2d(query_shape, memory_flange, causal):
     return ops.concatenate(rows, axis=0), ops.concatenate(columns, axis=0)
 
 
-def memory_pixels_2d(block_rows, block_columns, query_shape, memory_flange, causal):
+def memory_pixels_2d(block_rows, block_columns, block_shape, memory_flange, causal):
     """`(rows, columns)` of the memory pixels of query blocks `(block_rows, block_columns)`.
 
     Args:
         block_rows, block_columns: int32 tensors (or ints) of one shape `S`.
-        query_shape, memory_flange, causal: as in `extract_memory_2d`.
+        block_shape, memory_flange, causal: as in `extract_memory_2d`.
 
     Returns:
         Two int32 `S + [memory_length]` tensors in the order of
         `memory_offsets_2d`; pixels may lie outside the image.
     """
-    query_height, query_width = query_shape
-    offset_rows, offset_columns = memory_offsets_2d(query_shape, memory_flange, causal)
-    top = ops.expand_dims(ops.convert_to_tensor(block_rows, "int32") * query_height, -1)
-    left = ops.expand_dims(ops.convert_to_tensor(block_columns, "int32") * query_width, -1)
+    block_height, block_width = block_shape
+    offset_rows, offset_columns = memory_offsets_2d(block_shape, memory_flange, causal)
+    top = ops.expand_dims(ops.convert_to_tensor(block_rows, "int32") * block_height, -1)
+    left = ops.expand_dims(ops.convert_to_tensor(block_columns, "int32") * block_width, -1)
     return top + offset_rows, left + offset_columns
 
 
-def memory_positions_2d(grid_shape, query_shape, memory_flange, causal):
+def memory_positions_2d(grid_shape, block_shape, memory_flange, causal):
     """Raster positions of the memory of every query block of an image.
 
     Args:
         grid_shape: `(height, width)`, any size; blocks tile the image padded
-            to multiples of `query_shape`.
-        query_shape, memory_flange, causal: as in `extract_memory_2d`.
+            to multiples of `block_shape`.
+        block_shape, memory_flange, causal: as in `extract_memory_2d`.
 
     Returns:
         int32 `[num_blocks, memory_length]`: `row * width + column` for pixels
         of the image, `height * width` for pixels outside it.
     """
     height, width = grid_shape
-    padded_height, padded_width = padded_grid_shape(height, width, query_shape)
-    block_rows, block_columns = padded_height // query_shape[0], padded_width // query_shape[1]
+    padded_height, padded_width = padded_grid_shape(height, width, block_shape)
+    block_rows, block_columns = padded_height // block_shape[0], padded_width // block_shape[1]
     grid = ops.meshgrid(
         ops.arange(block_rows, dtype="int32"),
         ops.arange(block_columns, dtype="int32"),
         indexing="ij",
     )
     rows, columns = memory_pixels_2d(
-        *(ops.reshape(x, [-1]) for x in grid), query_shape, memory_flange, causal
+        *(ops.reshape(x, [-1]) for x in grid), block_shape, memory_flange, causal
     )
     inside = inside_image(rows, columns, grid_shape)
     return ops.where(inside, rows * width + columns, height * width)
@@ -208,7 +208,7 @@ def inside_image(rows, columns, grid_shape):
     )
 
 
-def extract_memory_2d(image, query_shape, memory_flange, causal):
+def extract_memory_2d(image, block_shape, memory_flange, causal):
     """The memory of every query block.
 
     One gather from the flattened image (as tensor2tensor's 2D local
@@ -217,8 +217,8 @@ def extract_memory_2d(image, query_shape, memory_flange, causal):
 
     Args:
         image: `[batch, height, width, ...]`, any size (blocks tile it padded
-            to multiples of `query_shape`); positions outside it read as zeros.
-        query_shape: `(qh, qw)`.
+            to multiples of `block_shape`); positions outside it read as zeros.
+        block_shape: `(qh, qw)`.
         memory_flange: `(fh, fw)`.
         causal: whether to cut the causal memory (rows above and columns to the
             left) or the centred window.
@@ -228,7 +228,7 @@ def extract_memory_2d(image, query_shape, memory_flange, causal):
         memory positions in the order of `memory_offsets_2d`.
     """
     grid_shape = (image.shape[1], image.shape[2])
-    positions = memory_positions_2d(grid_shape, query_shape, memory_flange, causal)
+    positions = memory_positions_2d(grid_shape, block_shape, memory_flange, causal)
     return gather_pixels(image, positions)
 
 
@@ -252,32 +252,32 @@ def gather_pixels(image, positions):
     return ops.reshape(gathered, [-1] + list(positions.shape) + rest)
 
 
-def causal_memory_mask_2d(query_shape, memory_flange):
+def causal_memory_mask_2d(block_shape, memory_flange):
     """`[qh * qw, memory_length]`: which causal memory entries each query may see.
 
     Everything outside the query's own block is in the past in block-raster
     order; inside the block, keys up to the query in raster order.
     """
-    query_height, query_width = query_shape
-    dy, dx = memory_offsets_2d(query_shape, memory_flange, causal=True)
-    query = ops.arange(query_height * query_width, dtype="int32")[:, None]
+    block_height, block_width = block_shape
+    dy, dx = memory_offsets_2d(block_shape, memory_flange, causal=True)
+    query = ops.arange(block_height * block_width, dtype="int32")[:, None]
     outside_block = ops.logical_or(dy < 0, dx < 0)[None, :]
-    not_after = (dy * query_width + dx)[None, :] <= query
+    not_after = (dy * block_width + dx)[None, :] <= query
     return ops.logical_or(outside_block, not_after)
 
 
-def memory_validity_2d(grid_shape, query_shape, memory_flange, causal, key_mask=None):
+def memory_validity_2d(grid_shape, block_shape, memory_flange, causal, key_mask=None):
     """Which memory entries are pixels of the image (and not padding).
 
     Args:
         grid_shape: the `(height, width)` of the image.
-        query_shape, memory_flange, causal: as in `extract_memory_2d`.
+        block_shape, memory_flange, causal: as in `extract_memory_2d`.
         key_mask: optional `[batch, height, width]` padding mask.
 
     Returns:
         Boolean `[1 or batch, num_blocks, memory_length]`.
     """
-    positions = memory_positions_2d(grid_shape, query_shape, memory_flange, causal)
+    positions = memory_positions_2d(grid_shape, block_shape, memory_flange, causal)
     return pixel_validity(positions, grid_shape, key_mask)
 
 

@@ -30,11 +30,11 @@ from keras_selfattn.ops.relation_tables import dot_table_rows
 from keras_selfattn.ops.relative import gather_relative_logits
 
 
-def block_relative_offsets_2d(query_shape, memory_flange, causal):
+def block_relative_offsets_2d(block_shape, memory_flange, causal):
     """Key-minus-query offsets of a query block and its memory.
 
     Args:
-        query_shape: `(qh, qw)`.
+        block_shape: `(qh, qw)`.
         memory_flange: `(fh, fw)`.
         causal: which memory (as in `keras_selfattn.ops.blocking_2d`).
 
@@ -43,10 +43,10 @@ def block_relative_offsets_2d(query_shape, memory_flange, causal):
         the query at `(q // qw, q % qw)` in its block, column `m` the memory
         position in the order of `memory_offsets_2d`.
     """
-    query_height, query_width = query_shape
-    memory_dy, memory_dx = memory_offsets_2d(query_shape, memory_flange, causal)
-    query = ops.arange(query_height * query_width, dtype="int32")
-    query_dy, query_dx = query // query_width, query % query_width
+    block_height, block_width = block_shape
+    memory_dy, memory_dx = memory_offsets_2d(block_shape, memory_flange, causal)
+    query = ops.arange(block_height * block_width, dtype="int32")
+    query_dy, query_dx = query // block_width, query % block_width
     return memory_dy[None, :] - query_dy[:, None], memory_dx[None, :] - query_dx[:, None]
 
 

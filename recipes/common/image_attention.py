@@ -55,7 +55,7 @@ def memory_box(attention, grid_shape, query):
     `None` for other layers."""
     if not isinstance(attention, LocalAttention2D):
         return None
-    (qh, qw), (fh, fw) = attention.query_shape, attention.memory_flange
+    (qh, qw), (fh, fw) = attention.block_shape, attention.memory_flange
     rows, columns = grid_shape
     block_row, block_column = query[0] // qh, query[1] // qw
     top, left = block_row * qh - fh, block_column * qw - fw

@@ -174,7 +174,7 @@ def model_overrides(args, presets, image_shape):
         base = block if block is not None else (height, width)
         flange = (base[0] // 2, base[1] // 2)
     if block is not None:
-        overrides["query_shape"] = (block[0], block[1] * channels)  # the builders' keyword
+        overrides["block_shape"] = (block[0], block[1] * channels)
     if flange is not None:
         overrides["memory_flange"] = (flange[0], flange[1] * channels)
     if args.block_length is not None:

@@ -201,9 +201,9 @@ def test_window_of_non_positive_size_is_rejected():
         memory_windows(np.zeros((1, 4)), 2, 1, -3)
 
 
-def block_raster_order(height, width, query_shape):
+def block_raster_order(height, width, block_shape):
     """`[(row, column)]` of every pixel, sorted into block-raster order by hand."""
-    qh, qw = query_shape
+    qh, qw = block_shape
     order = []
     for block_row in range(height // qh):
         for block_column in range(width // qw):
@@ -214,27 +214,27 @@ def block_raster_order(height, width, query_shape):
 
 
 def test_block_raster_conversions_and_index():
-    height, width, query_shape = 4, 6, (2, 3)
+    height, width, block_shape = 4, 6, (2, 3)
     image = np.random.default_rng(4).normal(size=(2, height, width, 3)).astype("float32")
-    order = block_raster_order(height, width, query_shape)
+    order = block_raster_order(height, width, block_shape)
     raster = image.reshape(2, height * width, 3)
-    block_raster = numpy(raster_to_block_raster(raster, (height, width), query_shape))
+    block_raster = numpy(raster_to_block_raster(raster, (height, width), block_shape))
     for position, (row, column) in enumerate(order):
         np.testing.assert_array_equal(block_raster[:, position], image[:, row, column])
-        assert block_raster_index(row, column, width, query_shape) == position
+        assert block_raster_index(row, column, width, block_shape) == position
     np.testing.assert_array_equal(
-        numpy(block_raster_to_raster(block_raster, (height, width), query_shape)), raster
+        numpy(block_raster_to_raster(block_raster, (height, width), block_shape)), raster
     )
-    blocks = numpy(image_to_blocks(image, query_shape))
+    blocks = numpy(image_to_blocks(image, block_shape))
     assert blocks.shape == (2, 4, 6, 3)
     np.testing.assert_array_equal(blocks.reshape(2, -1, 3), block_raster)
     np.testing.assert_array_equal(
-        numpy(blocks_to_image(blocks, (height, width), query_shape)), image
+        numpy(blocks_to_image(blocks, (height, width), block_shape)), image
     )
 
 
 def test_block_raster_helpers_reject_partial_blocks():
-    with pytest.raises(ValueError, match="multiple of `query_shape`"):
+    with pytest.raises(ValueError, match="multiple of `block_shape`"):
         raster_to_block_raster(np.zeros((1, 15, 2)), (3, 5), (2, 2))
     with pytest.raises(ValueError, match="pad_image_to_blocks"):
         check_divisible(5, 4, (2, 2))
@@ -243,14 +243,14 @@ def test_block_raster_helpers_reject_partial_blocks():
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "not-causal"])
 @pytest.mark.parametrize(
-    "query_shape, memory_flange", [((2, 3), (1, 2)), ((2, 2), (3, 1)), ((1, 4), (0, 5))]
+    "block_shape, memory_flange", [((2, 3), (1, 2)), ((2, 2), (3, 1)), ((1, 4), (0, 5))]
 )
 @pytest.mark.parametrize("height, width", [(4, 12), (5, 11)], ids=["tiled", "partial-blocks"])
-def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, causal, height, width):
+def test_extract_memory_2d_reads_offsets(block_shape, memory_flange, causal, height, width):
     image = np.random.default_rng(5).normal(size=(1, height, width, 2)).astype("float32")
-    memory = numpy(extract_memory_2d(image, query_shape, memory_flange, causal=causal))[0]
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, causal=causal))
-    qh, qw = query_shape
+    memory = numpy(extract_memory_2d(image, block_shape, memory_flange, causal=causal))[0]
+    dy, dx = (numpy(t) for t in memory_offsets_2d(block_shape, memory_flange, causal=causal))
+    qh, qw = block_shape
     fh, fw = memory_flange
     expected_length = (
         (qh + 2 * fh) * (qw + 2 * fw) if not causal else fh * (qw + 2 * fw) + qh * (qw + fw)
@@ -268,11 +268,11 @@ def test_extract_memory_2d_reads_offsets(query_shape, memory_flange, causal, hei
             )
 
 
-@pytest.mark.parametrize("query_shape, memory_flange", [((2, 3), (1, 2)), ((3, 2), (0, 0))])
-def test_causal_memory_mask_2d_follows_block_raster_order(query_shape, memory_flange):
-    mask = numpy(causal_memory_mask_2d(query_shape, memory_flange))
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, memory_flange, causal=True))
-    qh, qw = query_shape
+@pytest.mark.parametrize("block_shape, memory_flange", [((2, 3), (1, 2)), ((3, 2), (0, 0))])
+def test_causal_memory_mask_2d_follows_block_raster_order(block_shape, memory_flange):
+    mask = numpy(causal_memory_mask_2d(block_shape, memory_flange))
+    dy, dx = (numpy(t) for t in memory_offsets_2d(block_shape, memory_flange, causal=True))
+    qh, qw = block_shape
     for query in range(qh * qw):
         r, c = divmod(query, qw)
         for m in range(len(dy)):
@@ -282,10 +282,10 @@ def test_causal_memory_mask_2d_follows_block_raster_order(query_shape, memory_fl
 
 
 def test_memory_validity_2d_masks_padding_and_outside():
-    grid_shape, query_shape, flange = (3, 5), (2, 3), (1, 2)
+    grid_shape, block_shape, flange = (3, 5), (2, 3), (1, 2)
     key_mask = np.random.default_rng(6).random((2, 3, 5)) > 0.3
-    validity = numpy(memory_validity_2d(grid_shape, query_shape, flange, True, key_mask))
-    dy, dx = (numpy(t) for t in memory_offsets_2d(query_shape, flange, causal=True))
+    validity = numpy(memory_validity_2d(grid_shape, block_shape, flange, True, key_mask))
+    dy, dx = (numpy(t) for t in memory_offsets_2d(block_shape, flange, causal=True))
     for block in range(4):
         top, left = (block // 2) * 2, (block % 2) * 3
         for m in range(len(dy)):

@@ -17,7 +17,7 @@ from keras_selfattn.ops.relative_2d import (
 BATCH, HEADS, BLOCKS, DEPTH = 2, 3, 5, 7
 
 CASES = [
-    # height, width, query_shape, memory_flange
+    # height, width, block_shape, memory_flange
     (4, 6, (2, 3), (1, 2)),
     (5, 7, (2, 3), (2, 4)),
     (6, 5, (3, 1), (0, 2)),
@@ -37,16 +37,16 @@ def coordinate_images(height, width):
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["masked", "unmasked"])
-@pytest.mark.parametrize("height, width, query_shape, memory_flange", CASES)
+@pytest.mark.parametrize("height, width, block_shape, memory_flange", CASES)
 def test_block_offsets_are_each_memory_pixel_minus_each_query_pixel(
-    height, width, query_shape, memory_flange, causal
+    height, width, block_shape, memory_flange, causal
 ):
     """The offsets against the pixels the blocking gathers, pixel by pixel."""
-    dy, dx = (numpy(x) for x in block_relative_offsets_2d(query_shape, memory_flange, causal))
+    dy, dx = (numpy(x) for x in block_relative_offsets_2d(block_shape, memory_flange, causal))
     coordinates = coordinate_images(height, width)
-    memory = numpy(extract_memory_2d(coordinates, query_shape, memory_flange, causal))[0]
-    queries = numpy(image_to_blocks(pad_image_to_blocks(coordinates, query_shape), query_shape))[0]
-    assert dy.shape == dx.shape == (query_shape[0] * query_shape[1], memory.shape[1])
+    memory = numpy(extract_memory_2d(coordinates, block_shape, memory_flange, causal))[0]
+    queries = numpy(image_to_blocks(pad_image_to_blocks(coordinates, block_shape), block_shape))[0]
+    assert dy.shape == dx.shape == (block_shape[0] * block_shape[1], memory.shape[1])
     for block in range(memory.shape[0]):
         for q in range(queries.shape[1]):
             query = queries[block, q]

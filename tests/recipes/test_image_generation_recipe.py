@@ -146,8 +146,8 @@ def test_exported_sample_and_complete_signatures(folder_run):
 
 @pytest.mark.parametrize(
     "attention, overrides",
-    [("local_2d", dict(query_shape=(2, 6), memory_flange=(1, 3))), ("local_1d", dict(block_length=8)),
-     ("global", {}), ("relative_local_2d", dict(query_shape=(2, 6), memory_flange=(1, 3)))],
+    [("local_2d", dict(block_shape=(2, 6), memory_flange=(1, 3))), ("local_1d", dict(block_length=8)),
+     ("global", {}), ("relative_local_2d", dict(block_shape=(2, 6), memory_flange=(1, 3)))],
 )
 def test_attention_weights_reproduce_the_layer_output(attention, overrides):
     model = image_generation.image_transformer(

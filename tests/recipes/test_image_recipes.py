@@ -86,7 +86,7 @@ def test_finite_temperatures_parse():
 
 
 @pytest.mark.parametrize("recipe", ["image_generation", "super_resolution"])
-def test_block_shape_reaches_the_builders_query_shape_and_its_old_spelling_still_parses(recipe, capsys):
+def test_block_shape_reaches_the_builders_and_its_old_spelling_still_parses(recipe, capsys):
     module = importlib.import_module(f"recipes.{recipe}")
     parser = module.build_parser()
     args = parser.parse_args(["--model_dir", "m", "--attention", "local_2d", "--block_shape", "2,3"])
@@ -96,7 +96,7 @@ def test_block_shape_reaches_the_builders_query_shape_and_its_old_spelling_still
     text = parser.format_help()
     assert "--block_shape" in text and "--query_shape" not in text
     overrides = image_recipes.model_overrides(args, module.PRESETS, (8, 8, 3))
-    assert overrides == dict(preset="small", attention="local_2d", query_shape=(2, 9), memory_flange=(1, 3))
+    assert overrides == dict(preset="small", attention="local_2d", block_shape=(2, 9), memory_flange=(1, 3))
 
 
 def test_a_preset_names_its_own_default_block_and_the_paper_presets_keep_theirs():
@@ -104,9 +104,9 @@ def test_a_preset_names_its_own_default_block_and_the_paper_presets_keep_theirs(
 
     args = image_generation.build_parser().parse_args(["--model_dir", "m", "--attention", "local_2d"])
     overrides = image_recipes.model_overrides(args, image_generation.PRESETS, (16, 16, 1))
-    assert (overrides["query_shape"], overrides["memory_flange"]) == ((4, 4), (2, 2))
+    assert (overrides["block_shape"], overrides["memory_flange"]) == ((4, 4), (2, 2))
     args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--preset", "tiny"])
-    assert image_recipes.model_overrides(args, super_resolution.PRESETS, (4, 16, 3))["query_shape"] == (4, 24)
+    assert image_recipes.model_overrides(args, super_resolution.PRESETS, (4, 16, 3))["block_shape"] == (4, 24)
     args = super_resolution.build_parser().parse_args(["--model_dir", "m", "--preset", "celeba_paper"])
     assert image_recipes.model_overrides(args, super_resolution.PRESETS, (32, 32, 3)) == dict(
         preset="celeba_paper", attention="local_2d"

@@ -37,7 +37,7 @@ def _music(attention):
 def _image(attention, head):
     model = image_transformer(
         IMAGE, preset="tiny", num_layers=1, attention=attention, head=head, block_length=8,
-        query_shape=(2, 2) if head == "dmol" else (2, 6), memory_flange=(1, 1), num_classes=3,
+        block_shape=(2, 2) if head == "dmol" else (2, 6), memory_flange=(1, 1), num_classes=3,
     )
     pixels = RNG.integers(0, 256, (BATCH,) + IMAGE)
     x = {"pixels": pixels, "class_label": RNG.integers(0, 3, (BATCH,))}
@@ -47,7 +47,7 @@ def _image(attention, head):
 
 def _super_resolution():
     model = image_super_resolution(
-        (2, 2, 3), IMAGE, preset="tiny", num_layers=1, query_shape=(2, 6), memory_flange=(1, 3)
+        (2, 2, 3), IMAGE, preset="tiny", num_layers=1, block_shape=(2, 6), memory_flange=(1, 3)
     )
     pixels = RNG.integers(0, 256, (BATCH,) + IMAGE)
     x = {"low_resolution": RNG.integers(0, 256, (BATCH, 2, 2, 3)), "pixels": pixels}
