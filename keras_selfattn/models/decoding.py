@@ -1,7 +1,7 @@
-"""Reading a plain Functional model by its layer names: how models saved by
-earlier versions, which had no class of their own, are rebuilt as their
-family's class (`FamilyModel.from_model`), and how the image and graph
-families, still assembled by builders, reach their layers.
+"""Reading a plain Functional model by its layer names: how the music and
+translation models saved by earlier versions, which had no class of their
+own, are rebuilt as their family's class (`FamilyModel.from_model`). Models
+of this version own their layers as attributes and never look one up.
 
 Builders named their layers `target_embedding`, `target_position`,
 `note_state`, `decoder_block_{i}`, `decoder_norm` and `logits`;

@@ -2,7 +2,6 @@
 hyperparameters (`get_config` returns them), presets, the integer input
 checks, and loading models saved by earlier versions."""
 
-import functools
 import tempfile
 import weakref
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import keras
 
 from keras_selfattn.layers.argument_checks import checked_in_range
-from keras_selfattn.models.decoding import layers_by_name
 
 _VIEWS = weakref.WeakKeyDictionary()
 
@@ -44,8 +42,8 @@ class FamilyModel(keras.Model):
     family = None
     # A family built from hyperparameters reads, with this classmethod, the
     # constructor arguments of a plain Functional model with its layer names
-    # (how earlier versions saved it). `None`: the family is still a
-    # Functional model assembled by its builder.
+    # (how earlier versions saved it). `None`: the class wraps a Functional
+    # graph its user assembled (`GraphHeads`).
     _saved_arguments = None
 
     def __init__(self, *args, hyperparameters=None, **kwargs):
@@ -150,10 +148,6 @@ class FamilyModel(keras.Model):
     def _view_class(cls, model):
         """The class a plain model of this family becomes."""
         return cls
-
-    @functools.cached_property
-    def _named_layers(self):
-        return layers_by_name(self)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         """The Functional forward pass, each integer input first checked to
