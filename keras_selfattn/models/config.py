@@ -55,3 +55,11 @@ def renamed_argument(overrides, old_name, new_name, value):
         f"`{old_name}` is deprecated; pass `{new_name}`.", DeprecationWarning, stacklevel=3
     )
     return overrides.pop(old_name)
+
+
+def renamed_override(overrides, old_name, new_name):
+    """`overrides` with a value given under the argument's old name moved to
+    its new one (with a `DeprecationWarning`; `ValueError` if both are given)."""
+    if old_name in overrides:
+        overrides[new_name] = renamed_argument(overrides, old_name, new_name, overrides.get(new_name))
+    return overrides

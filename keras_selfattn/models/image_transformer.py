@@ -1,6 +1,6 @@
 """Image Transformer (Parmar et al. 2018): pixels generated one at a time."""
 
-from keras_selfattn.models.config import renamed_argument, resolve_preset
+from keras_selfattn.models.config import renamed_override, resolve_preset
 from keras_selfattn.models.image_models import ImageTransformer
 
 IMAGE_PRESETS = {
@@ -33,9 +33,6 @@ def image_transformer(image_shape, preset="cifar10", num_classes=None, **overrid
     `num_layers`, `hidden_dim`, `num_heads`, `feedforward_dim`, `dropout`,
     `block_length`, `block_shape`, `memory_flange`, `num_mixtures`.
     `query_shape=` is the old name of `block_shape`."""
-    if "query_shape" in overrides:
-        overrides["block_shape"] = renamed_argument(
-            overrides, "query_shape", "block_shape", overrides.get("block_shape")
-        )
+    renamed_override(overrides, "query_shape", "block_shape")
     config = resolve_preset("image_transformer", IMAGE_PRESETS, preset, overrides)
     return ImageTransformer(image_shape=image_shape, num_classes=num_classes, **config)

@@ -1,6 +1,6 @@
 """Image super-resolution with the Image Transformer (Parmar et al. 2018)."""
 
-from keras_selfattn.models.config import renamed_argument, resolve_preset
+from keras_selfattn.models.config import renamed_override, resolve_preset
 from keras_selfattn.models.image_models import SuperResolutionTransformer
 
 SUPER_RESOLUTION_PRESETS = {
@@ -47,9 +47,6 @@ def image_super_resolution(low_shape, high_shape, preset="celeba_paper", **overr
     its sizes with upsampled inputs, `"small"` or `"tiny"`), its
     hyperparameters replaced by `overrides` (the constructor's arguments).
     `query_shape=` is the old name of `block_shape`."""
-    if "query_shape" in overrides:
-        overrides["block_shape"] = renamed_argument(
-            overrides, "query_shape", "block_shape", overrides.get("block_shape")
-        )
+    renamed_override(overrides, "query_shape", "block_shape")
     config = resolve_preset("image_super_resolution", SUPER_RESOLUTION_PRESETS, preset, overrides)
     return SuperResolutionTransformer(low_shape=low_shape, high_shape=high_shape, **config)
