@@ -61,28 +61,32 @@ def skew_causal(x):
     return _slice_trailing(padded, (1, 0), (-1, -1))
 
 
-def skew_causal_square(x, key_length=None):
-    """The causal skew with no tensor larger than `[..., L, L]`.
+def skew_causal_square(x, key_length=None, memory_length=0):
+    """The causal skew with no tensor larger than `[..., L, M + L]`.
 
     `skew_causal` goes through an axis of `L + 1`,
     a tensor just over the logits' size. Here query `i`'s row starts
-    `L - 1` entries after query `i - 1`'s in the flattened matrix of
-    distances `-(L-1) .. 0`, so a reshape with rows of `L - 1` gives every
-    key but the last; the last key is below the diagonal only for the last
+    `M + L - 1` entries after query `i - 1`'s in the flattened matrix of
+    distances `-(M + L - 1) .. 0`, so a reshape with rows of `M + L - 1`
+    gives every key but the last (Transformer-XL's shift of a `[L, M + L]`
+    score matrix); the last key is below the diagonal only for the last
     query, at distance 0.
 
     Args:
-        x: `[..., L, n]`, `1 <= n <= L`: query `i` dotted with the table rows
-            of distances `-(n - 1) .. 0` (column `c` stands for distance
+        x: `[..., L, n]`, `1 <= n <= M + L`: query `i` dotted with the table
+            rows of distances `-(n - 1) .. 0` (column `c` stands for distance
             `c - (n - 1)`); farther distances count as zero.
-        key_length: the number of keys, `L` if `None`; keys past `L - 1` are
-            all in the future of every query (zero columns are added), keys
-            are dropped from the end when there are fewer.
+        key_length: the number of keys, `M + L` if `None`; keys past
+            `M + L - 1` are all in the future of every query (zero columns
+            are added), keys are dropped from the end when there are fewer.
+        memory_length: `M`, the keys before the queries' segment (segment
+            memory): query `i` stands at position `M + i`, key `j` at `j`.
 
     Returns:
-        `[..., L, key_length]`: `out[..., i, j] = x[..., i, j - i + n - 1]` for
-        `i - (n - 1) <= j <= i` and zero for `j < i - (n - 1)`. The entries
-        above the diagonal (`j > i`) are unrelated: mask them.
+        `[..., L, key_length]`: `out[..., i, j] = x[..., i, j - (M + i) + n - 1]`
+        for `M + i - (n - 1) <= j <= M + i` and zero for
+        `j < M + i - (n - 1)`. The entries above the diagonal (`j > M + i`)
+        are unrelated: mask them.
 
     Example:
 
@@ -92,12 +96,16 @@ def skew_causal_square(x, key_length=None):
     array([[3., 0., 0.],
            [5., 6., 0.],
            [7., 8., 9.]])
+    >>> x = np.array([[1., 2., 3.], [4., 5., 6.]])  # 2 queries after 1 memory key
+    >>> np.tril(np.asarray(skew_causal_square(x, memory_length=1)), k=1)
+    array([[2., 3., 0.],
+           [4., 5., 6.]])
     """
     distance_zero = _slice_trailing(x, (ops.shape(x)[-1] - 1,), (1,))
-    return _skew_causal_square(x, distance_zero, key_length)
+    return _skew_causal_square(x, distance_zero, key_length, memory_length)
 
 
-def causal_relative_logits(query, rows, key_length=None):
+def causal_relative_logits(query, rows, key_length=None, memory_length=0):
     """`skew_causal_square(query . rows^T)` in float32.
 
     The distance-0 column the skew reads on its own is a product of its
@@ -106,9 +114,9 @@ def causal_relative_logits(query, rows, key_length=None):
 
     Args:
         query: `[..., L, depth]`.
-        rows: `[..., n, depth]`, broadcastable against `query`, `1 <= n <= L`:
-            the table rows of distances `-(n - 1) .. 0`.
-        key_length: as for `skew_causal_square`.
+        rows: `[..., n, depth]`, broadcastable against `query`,
+            `1 <= n <= M + L`: the table rows of distances `-(n - 1) .. 0`.
+        key_length, memory_length: as for `skew_causal_square`.
 
     Returns:
         `[..., L, key_length]` float32, as `skew_causal_square` returns.
@@ -118,17 +126,20 @@ def causal_relative_logits(query, rows, key_length=None):
     dots, distance_zero = (
         ops.cast(ops.matmul(query, ops.swapaxes(r, -1, -2)), "float32") for r in (rows, nearest)
     )
-    return _skew_causal_square(dots, distance_zero, key_length)
+    return _skew_causal_square(dots, distance_zero, key_length, memory_length)
 
 
-def _skew_causal_square(x, distance_zero, key_length):
+def _skew_causal_square(x, distance_zero, key_length, memory_length=0):
     """`skew_causal_square` with `x`'s last column given as `distance_zero`."""
     leading, length, count = _split_last_two(x)
-    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [length - count, 0]])
-    # out[i, j] = flat[(L - 1) * (i + 1) + j] for the first L - 1 keys.
-    flat = ops.reshape(x, leading + (length * length,))
-    rows = _slice_trailing(flat, (length - 1,), (length * (length - 1),))
-    rows = ops.reshape(rows, leading + (length, length - 1))
+    width = length + memory_length
+    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [width - count, 0]])
+    # out[i, j] = flat[L - 1 + (W - 1) * i + j] for the first W - 1 keys,
+    # W = M + L: row i of the padded matrix holds distance j - (M + i) in
+    # column j - i + L - 1.
+    flat = ops.reshape(x, leading + (length * width,))
+    rows = _slice_trailing(flat, (length - 1,), (length * (width - 1),))
+    rows = ops.reshape(rows, leading + (length, width - 1))
     skewed = ops.concatenate([rows, distance_zero], axis=-1)
     return skewed if key_length is None else _fit_last_axis(skewed, key_length)
 

@@ -238,3 +238,47 @@ def test_shaw_row_distances_of_a_causal_table_end_at_zero():
     low, high = (numpy(t) for t in shaw_row_distances(2, 3))
     assert low[0] < -1000 and list(low[1:]) == [-1, 0]
     assert list(high) == [-2, -1, 0]
+
+
+def naive_rectangular_causal_skew(x, memory_length, key_length):
+    """Query `i` at position `M + i`: each key `j <= M + i` reads the column
+    of its distance `j - (M + i)` (column `c` is distance `c - (n - 1)`),
+    zero beyond the `n` distances; `None` above the diagonal."""
+    *leading, length, count = x.shape
+    out = np.full((*leading, length, key_length), np.nan, "float32")
+    for i in range(length):
+        for j in range(min(memory_length + i + 1, key_length)):
+            column = j - (memory_length + i) + count - 1
+            out[..., i, j] = x[..., i, column] if column >= 0 else 0.0
+    return out
+
+
+@pytest.mark.parametrize(
+    "length, memory_length, count, key_extra",
+    [(1, 1, 2, 0), (3, 5, 8, 0), (5, 3, 2, 0), (4, 7, 11, 2), (6, 2, 8, -1), (7, 4, 7, 0)],
+)
+def test_skew_causal_square_with_memory_equals_a_per_pair_gather(
+    length, memory_length, count, key_extra
+):
+    key_length = memory_length + length + key_extra
+    x = random(2, 3, length, count)
+    out = numpy(skew_causal_square(x, key_length, memory_length=memory_length))
+    assert out.shape == (2, 3, length, key_length)
+    expected = naive_rectangular_causal_skew(x, memory_length, key_length)
+    visible = ~np.isnan(expected)
+    np.testing.assert_array_equal(out[visible], expected[visible])
+
+
+@pytest.mark.parametrize("length, memory_length, count", [(3, 5, 8), (5, 4, 3), (1, 6, 7)])
+def test_causal_relative_logits_with_memory_dot_each_pair_with_its_distance_row(
+    length, memory_length, count
+):
+    query, rows = random(2, 3, length, 4), random(1, 3, count, 4, seed=1)
+    out = numpy(causal_relative_logits(query, rows, memory_length=memory_length))
+    key_length = memory_length + length
+    assert out.shape == (2, 3, length, key_length) and out.dtype == np.float32
+    for i in range(length):
+        for j in range(memory_length + i + 1):
+            column = j - (memory_length + i) + count - 1
+            expected = np.einsum("bhd,hd->bh", query[..., i, :], rows[0, :, column]) if column >= 0 else 0.0
+            np.testing.assert_allclose(out[..., i, j], expected, atol=1e-5)
