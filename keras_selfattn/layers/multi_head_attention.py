@@ -89,6 +89,18 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         training: whether dropout is active.
         use_causal_mask: whether query `i` may only attend to keys at absolute
             positions `<= cache_update_index + i`.
+        memory: optional `[batch, memory_length, query_dim]`, segment memory
+            (Transformer-XL): the previous segment's inputs to this layer,
+            projected into extra keys and values in front of the segment's,
+            with no gradient (`stop_gradient`). Self-attention only (no
+            `value`, `key` or `cache`). Query `i` then stands at position
+            `memory_length + i`: with `use_causal_mask` it sees every memory
+            position and the segment's keys up to its own. Padding masks and
+            `attention_mask` / `attention_bias` cover the segment's keys only
+            (`[..., query_length, query_length]`); memory positions are all
+            visible and get no bias. The output equals the last
+            `query_length` rows of the layer over
+            `concatenate([memory, query], axis=1)`.
 
     Returns:
         `output` of shape `[batch, query_length, output_dim]`; then the scores
@@ -108,6 +120,12 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
     ...     step, cache = layer(x[:, t:t + 1], cache=cache,
     ...                         cache_update_index=t, use_causal_mask=True)
     >>> bool(np.allclose(ops.convert_to_numpy(step)[:, 0], full[:, -1], atol=1e-5))
+    True
+
+    With segment memory, a segment attends to the previous one too:
+
+    >>> segment = layer(x[:, 3:], memory=x[:, :3], use_causal_mask=True)
+    >>> bool(np.allclose(ops.convert_to_numpy(segment), full[:, 3:], atol=1e-5))
     True
 
     References:
@@ -167,15 +185,29 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         return_attention_scores=False,
         training=None,
         use_causal_mask=None,
+        *,
+        memory=None,
     ):
+        if memory is not None:
+            self._check_attends_memory()
         return self._attend(AttentionCall(
             query, value, key, query_mask, value_mask, key_mask, attention_mask,
             attention_bias, cache, cache_update_index, return_attention_scores, training,
-            use_causal_mask,
+            use_causal_mask, memory=memory,
         ))
+
+    # Whether the layer takes `memory`: a subclass that attends its own way
+    # (overriding `_attend` or `_compute_attention_with_context`) does not,
+    # unless it says so.
+    _attends_memory = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        attends_its_own_way = any(
+            hook in cls.__dict__ for hook in ("_attend", "_compute_attention_with_context")
+        )
+        if attends_its_own_way and "_attends_memory" not in cls.__dict__:
+            cls._attends_memory = False
         forms_own_logits = any(base.__dict__.get("_forms_own_logits") for base in cls.__mro__[1:])
         if forms_own_logits and "_compute_attention" in cls.__dict__:
             raise TypeError(
@@ -183,6 +215,14 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 f"{cls.__bases__[0].__name__} never calls: it forms its logits itself "
                 "(relative terms or blocks). Override "
                 "`_compute_attention_with_context(query, key, value, call)` instead."
+            )
+
+    def _check_attends_memory(self):
+        if not self._attends_memory:
+            raise ValueError(
+                f"{type(self).__name__} takes no `memory`: segment memory is an "
+                "argument of `MultiHeadAttention` and `RelativeMultiHeadAttention`. "
+                "Received a `memory` tensor."
             )
 
     def _attend(self, call):
@@ -208,6 +248,8 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             self._check_sequence_attention(query)
         if use_causal_mask:
             self._check_causal_axes()
+        if call.memory is not None:
+            self._check_memory(call, query)
         if not self._is_sequence_attention(query):
             # Extra or several attention axes: Keras's own computation.
             return super().call(
@@ -218,7 +260,18 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
 
         gate = self.gate_dense(query) if self.use_gate else None
         projected_query = self.query_dense(query)
-        if cache is None:
+        attention_mask, attention_bias = call.attention_mask, call.attention_bias
+        if call.memory is not None:
+            # The memory's keys and values in front of the segment's, as over
+            # `concatenate([memory, x])`; masks and bias cover the segment.
+            memory = ops.stop_gradient(ops.cast(call.memory, value.dtype))
+            keys_and_values = ops.concatenate([memory, value], axis=1)
+            projected_key = self.key_dense(keys_and_values)
+            projected_value = self.value_dense(keys_and_values)
+            key_mask, attention_mask, attention_bias = _with_memory_columns(
+                key_mask, attention_mask, attention_bias, memory, query
+            )
+        elif cache is None:
             projected_key, projected_value = self.key_dense(key), self.value_dense(value)
         else:
             self._check_cache(cache, query, call.cache_update_index)
@@ -230,14 +283,16 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             projected_key,
             query_mask=query_mask,
             key_mask=key_mask,
-            attention_mask=call.attention_mask,
-            cache_update_index=call.cache_update_index,
+            attention_mask=attention_mask,
+            cache_update_index=query_position(call),
         )
         output, scores = self._compute_attention_with_context(
             projected_query,
             projected_key,
             projected_value,
-            call.replace(attention_mask=mask, use_causal_mask=use_causal_mask),
+            call.replace(
+                attention_mask=mask, attention_bias=attention_bias, use_causal_mask=use_causal_mask
+            ),
         )
         if gate is not None:
             output = ops.multiply(output, gate)
@@ -283,7 +338,9 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         The hook subclasses of this package override to change how logits
         are formed. `attention_mask` holds the padding and explicit masks but
         not the causal one: `use_causal_mask` asks for it, and query row `i`
-        stands at absolute position `cache_update_index + i` (`None`: 0);
+        stands at absolute position `query_position(call) + i`
+        (`cache_update_index`, or the memory's length with `memory`, else 0;
+        `key` and `value` then start with the memory's);
         `call` is the `AttentionCall` with those already resolved.
         A user's subclass that overrides Keras's documented hook
         `_compute_attention` instead gets every mask merged into
@@ -301,7 +358,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             dropout=self._attention_dropout(call.training),
             return_attention_scores=call.return_attention_scores,
             causal=call.use_causal_mask,
-            cache_update_index=0 if call.cache_update_index is None else call.cache_update_index,
+            cache_update_index=query_position(call),
             flash_attention=self.flash_attention,
         )
 
@@ -314,8 +371,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 "override `_compute_attention_with_context`."
             )
         if call.use_causal_mask:
-            offset = 0 if call.cache_update_index is None else call.cache_update_index
-            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], offset)
+            causal = causal_mask(ops.shape(query)[1], ops.shape(key)[1], query_position(call))
             attention_mask = merge_masks(attention_mask, causal[None, None])
         return self._compute_attention(
             query, key, value, attention_mask, call.training, call.return_attention_scores
@@ -462,6 +518,44 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 f"attention_axes={self.attention_axes}"
             )
 
+    def _check_memory(self, call, query):
+        """`memory` `[batch, memory_length, features]` beside self-attention
+        inputs: no separate `value`/`key`, no cache, sequence attention."""
+        separate = [
+            name for name, tensor in (("value", call.value), ("key", call.key))
+            if tensor is not None and tensor is not call.query
+        ]
+        if separate:
+            raise ValueError(
+                "`memory` is for self-attention (query = value = key): it holds "
+                "the previous segment's inputs, used as extra keys and values. "
+                f"Received `memory` with a separate {' and '.join(f'`{n}`' for n in separate)}."
+            )
+        if call.cache is not None or call.cache_update_index is not None:
+            raise ValueError(
+                "`memory` cannot be combined with a `cache` or `cache_update_index`: "
+                "pass `memory` for a full pass over a segment. Received `memory` "
+                "and a cache."
+            )
+        if not self._is_sequence_attention(query):
+            raise ValueError(
+                "`memory` needs sequence inputs `[batch, length, features]` with the "
+                f"default `attention_axes`. Received: query.shape={tuple(query.shape)}, "
+                f"attention_axes={self.attention_axes}"
+            )
+        memory_shape, features = tuple(call.memory.shape), query.shape[-1]
+        batch = query.shape[0]
+        if (
+            len(memory_shape) != 3
+            or memory_shape[-1] != features
+            or None not in (batch, memory_shape[0]) and memory_shape[0] != batch
+        ):
+            raise ValueError(
+                f"`memory` must have shape `[batch, memory_length, {features}]` with "
+                f"the batch size and features of `query` (shape {tuple(query.shape)}). "
+                f"Received: memory.shape={memory_shape}"
+            )
+
     def _check_cache(self, cache, query, cache_update_index):
         """The cache's shape and dtype, and that the new positions fit.
 
@@ -509,12 +603,52 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         output_shape = self.compute_output_shape(query.shape, value.shape, key_shape)
         results = (keras.KerasTensor(output_shape, dtype=self.compute_dtype),)
         key_length = value.shape[1] if cache is None else cache.shape[2]
+        if call.memory is not None:
+            self._check_attends_memory()
+            memory_length = call.memory.shape[1]
+            key_length = None if None in (key_length, memory_length) else key_length + memory_length
         if call.return_attention_scores:
             scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
             results += (keras.KerasTensor(scores_shape, dtype=self.compute_dtype),)
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, dtype=self.compute_dtype),)
         return results[0] if len(results) == 1 else results
+
+
+def query_position(call):
+    """The absolute position of `call`'s first query row:
+    `cache_update_index`, or with `memory` the memory's length, else 0."""
+    if call.cache_update_index is not None:
+        return call.cache_update_index
+    if call.memory is not None:
+        return ops.shape(call.memory)[1]
+    return 0
+
+
+def _with_memory_columns(key_mask, attention_mask, attention_bias, memory, query):
+    """`(key_mask, attention_mask, attention_bias)` over the segment's keys,
+    extended over the memory's keys in front: all visible, no bias."""
+    if key_mask is not None:
+        key_mask = ops.concatenate(
+            [ops.ones_like(memory[..., 0], dtype="bool"), ops.cast(key_mask, "bool")], axis=-1
+        )
+    memory_length, segment_length = ops.shape(memory)[1], ops.shape(query)[1]
+    if attention_mask is not None:
+        attention_mask = _prepend_key_columns(
+            ops.cast(attention_mask, "bool"), memory_length, segment_length, True
+        )
+    if attention_bias is not None:
+        attention_bias = _prepend_key_columns(attention_bias, memory_length, segment_length, 0)
+    return key_mask, attention_mask, attention_bias
+
+
+def _prepend_key_columns(x, count, key_length, fill):
+    """`x [..., key_length]` (or a broadcast key axis of 1) with `count`
+    columns of `fill` in front."""
+    if x.shape[-1] == 1:
+        x = ops.repeat(x, key_length, axis=-1)
+    front = ops.repeat(ops.full_like(x[..., :1], fill), count, axis=-1)
+    return ops.concatenate([front, x], axis=-1)
 
 
 def _check_mask_broadcastable(shape, target):

@@ -82,6 +82,15 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     relative rows are read per query-key pair (no skew), so a loop of
     one-step calls equals the full causal pass.
 
+    Segment memory (Transformer-XL, `memory` `[batch, M, features]`): the
+    memory's keys and values go in front of the segment's (no gradient) and
+    query `i` stands at position `M + i`, so distances run over key length
+    `M + L`. The skew then shifts `query . table^T` over those distances
+    (`causal_relative_logits(..., memory_length=M)`, the rows of distances
+    `-(min(M + L, max_relative_position) - 1) .. 0`, or every distance
+    `-(M + L - 1) .. L - 1` unmasked): still no `[L, M + L, dim]` tensor.
+    Shaw's rows are read per query-key pair, as in a cached call.
+
     Shapes: `query` `[batch, query_length, query_dim]`, `value` and `key`
     `[batch, key_length, dim]`; query row `i` is position `i` and key `j`
     position `j` (offset by `cache_update_index` for the queries).
@@ -112,8 +121,16 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         `query`), `key` (defaults to `value`), `query_mask`, `value_mask`,
         `key_mask`, `attention_mask`, `attention_bias`, `cache`
         (`[batch, 2, max_length, num_heads, key_dim]`), `cache_update_index`
-        (required with a cache), `return_attention_scores`, `training`, and
-        `use_causal_mask`: `None` (the default) is `causal_table`.
+        (required with a cache), `return_attention_scores`, `training`,
+        `use_causal_mask`: `None` (the default) is `causal_table`, and
+        `memory`: optional `[batch, memory_length, query_dim]`, the previous
+        segment's inputs to this layer, used as extra keys and values in
+        front of the segment's, without gradient (self-attention only, no
+        cache). Query `i` stands at position `memory_length + i`; causally it
+        sees every memory position and the segment up to itself. Padding
+        masks, `attention_mask` and `attention_bias` cover the segment's keys;
+        memory positions are all visible. The output equals the last rows of
+        the layer over `concatenate([memory, query], axis=1)`.
 
     Returns:
         As `MultiHeadAttention`: `output` `[batch, query_length, output_dim]`,
@@ -145,12 +162,19 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     >>> bool(np.allclose(both_ways[:, 0], causal[:, 0], atol=1e-6))
     False
 
+    Segment memory: the segment after 3 positions attends to them too.
+
+    >>> segment = layer(x[:, 3:], memory=x[:, :3])
+    >>> bool(np.allclose(segment, full[:, 3:], atol=1e-5))
+    True
+
     References:
         - [Shaw et al., 2018](https://arxiv.org/abs/1803.02155)
         - [Huang et al., 2019 (Music Transformer)](https://arxiv.org/abs/1809.04281)
     """
 
     _forms_own_logits = True
+    _attends_memory = True
 
     def __init__(
         self,
@@ -269,7 +293,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         common = (
             call.attention_mask, call.attention_bias, call.training, call.return_attention_scores
         )
-        if call.cache_update_index is not None:
+        if call.memory is not None:
+            output, scores = self._memory_pass(
+                query, key, value, *common, ops.shape(call.memory)[1], call.use_causal_mask
+            )
+        elif call.cache_update_index is not None:
             output, scores = self._pairwise_pass(
                 query, key, value, *common, call.cache_update_index, call.use_causal_mask
             )
@@ -286,17 +314,45 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             and self._attention_dropout(call.training) is None
         )
 
-    def _causal_pass(self, query, key, value, mask, bias, training, return_attention_scores):
+    def _memory_pass(
+        self, query, key, value, mask, bias, training, return_attention_scores, memory_length,
+        use_causal_mask,
+    ):
+        """A full pass over a segment whose keys and values start with
+        `memory_length` memory positions (queries at `memory_length + i`):
+        the skew over key length `memory_length + L`; Shaw's rows are read
+        per query-key pair, as in a cached call."""
+        if self._is_shaw:
+            return self._pairwise_pass(
+                query, key, value, mask, bias, training, return_attention_scores, memory_length,
+                use_causal_mask,
+            )
+        common = (query, key, value, mask, bias, training, return_attention_scores)
+        if use_causal_mask:
+            return self._causal_pass(*common, memory_length=memory_length)
+        return self._bidirectional_pass(*common, memory_length=memory_length)
+
+    def _causal_pass(
+        self, query, key, value, mask, bias, training, return_attention_scores, memory_length=None
+    ):
         """A full causal pass: the skew (`causal_relative_logits`) and the
         value rows in the attention core keep every tensor within
-        `[query, key]`."""
+        `[query, key]`. With `memory_length` (skew tables only) the queries
+        stand at `memory_length + i` and the value term is summed per table
+        row (`_pairwise_value_term`)."""
         length, key_length = ops.shape(query)[2], ops.shape(key)[2]
-        count, key_rows, _ = self._causal_rows(self.relative_key_embeddings, length)
+        offset = 0 if memory_length is None else memory_length
+        count, key_rows, _ = self._causal_rows(self.relative_key_embeddings, length + offset)
         key_rows = broadcast_table(ops.cast(key_rows, query.dtype), len(query.shape))
-        relative = causal_relative_logits(query, key_rows, key_length)
+        relative = causal_relative_logits(query, key_rows, key_length, offset)
         if bias is not None:
             relative = relative + ops.cast(bias, "float32")
-        mask = merge_masks(mask, causal_mask(length, key_length))
+        mask = merge_masks(mask, causal_mask(length, key_length, offset))
+        if memory_length is not None and self.relative_value_embeddings is not None:
+            output, scores, weights = self._attention_core(
+                query, key, value, relative, mask, training, return_attention_scores, True
+            )
+            return output + self._pairwise_value_term(weights, length, memory_length), scores
         value_rows = None
         if self.relative_value_embeddings is not None:
             _, value_rows, value_base = self._causal_rows(
@@ -335,12 +391,18 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         base = table[..., :1, :]
         return count, shaw_table_window(table, 1 - count, count, m) - base, base
 
-    def _bidirectional_pass(self, query, key, value, mask, bias, training, return_attention_scores):
+    def _bidirectional_pass(
+        self, query, key, value, mask, bias, training, return_attention_scores, memory_length=None
+    ):
         """A full pass without the causal mask: the skew of every distance
-        `-(Lq - 1) .. Lk - 1`."""
+        `-(M + Lq - 1) .. Lk - M - 1`, queries at `M + i`
+        (`M = memory_length`, `None`: 0)."""
         query_length, key_length = ops.shape(query)[2], ops.shape(key)[2]
         count = query_length + key_length - 1
-        key_rows = self._table_window(self.relative_key_embeddings, query_length, count)
+        # Columns start at the farthest distance back, that of query 0 at
+        # position M to key 0; the skew then only depends on the layout.
+        farthest = query_length if memory_length is None else query_length + memory_length
+        key_rows = self._table_window(self.relative_key_embeddings, farthest, count)
         dots = ops.cast(dot_table_rows(query, ops.cast(key_rows, query.dtype)), "float32")
         relative = skew(dots, key_length)
         output, scores, weights = self._attend_with_relative_logits(
@@ -348,7 +410,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         )
         value_table = self.relative_value_embeddings
         if value_table is not None:
-            value_rows = self._table_window(value_table, query_length, count)
+            value_rows = self._table_window(value_table, farthest, count)
             output = output + weigh_table_rows(unskew(weights), ops.cast(value_rows, weights.dtype))
         return output, scores
 

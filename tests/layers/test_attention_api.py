@@ -284,3 +284,47 @@ def test_attention_call_binds_arguments_as_the_call_does():
     call = AttentionCall("q", "v", key_mask="k", use_causal_mask=True)
     assert (call.query, call.value, call.key, call.key_mask) == ("q", "v", None, "k")
     assert call.replace(use_causal_mask=False).use_causal_mask is False
+
+
+MEMORY_LAYERS = ["multi_head", "relative_skew", "relative_skew_causal_table", "relative_shaw"]
+
+
+@pytest.mark.parametrize("name", MEMORY_LAYERS)
+@pytest.mark.parametrize(
+    "memory_shape, expected",
+    [
+        ((BATCH, 3, WIDTH + 1), rf"`memory` must have shape `\[batch, memory_length, {WIDTH}\]`"),
+        ((BATCH, 3), "`memory` must have shape"),
+        ((BATCH, 3, 2, WIDTH), "`memory` must have shape"),
+        ((BATCH + 1, 3, WIDTH), r"the batch size and features of `query`.*memory.shape=\(3, 3, 11\)"),
+    ],
+    ids=["features", "rank_2", "rank_4", "batch"],
+)
+def test_bad_memory_is_refused_by_name(name, memory_shape, expected):
+    layer, _ = make(name)
+    x = sequence()
+    layer(x)
+    with pytest.raises(ValueError, match=expected):
+        layer(x, memory=np.zeros(memory_shape, "float32"))
+
+
+@pytest.mark.parametrize("name", MEMORY_LAYERS)
+def test_memory_is_for_self_attention_without_a_cache(name):
+    layer, _ = make(name)
+    x, memory = sequence(), sequence(seed=1, length=3)
+    layer(x)
+    for separate in (dict(value=sequence(seed=2)), dict(key=x, value=sequence(seed=2))):
+        with pytest.raises(ValueError, match="`memory` is for self-attention.*separate `value`"):
+            layer(x, memory=memory, **separate)
+    cache = layer.initial_cache(BATCH, LENGTH + 2)
+    with pytest.raises(ValueError, match="`memory` cannot be combined with a `cache`"):
+        layer(x, memory=memory, cache=cache, cache_update_index=0, use_causal_mask=True)
+
+
+@pytest.mark.parametrize("name", ["local_1d", "local_relative_1d"])
+def test_layers_without_memory_refuse_it_by_name(name):
+    layer, _ = make(name)
+    x = sequence(length=6)
+    layer(x)
+    with pytest.raises(ValueError, match=f"{type(layer).__name__} takes no `memory`"):
+        layer(x, memory=sequence(seed=1, length=3))

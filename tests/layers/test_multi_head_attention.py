@@ -395,3 +395,80 @@ def test_shared_layer_checks_causal(tmp_path):
         tmp_path,
         call_kwargs={"use_causal_mask": True},
     )
+
+
+class TestSegmentMemory:
+    """`memory`: the previous segment's inputs as extra keys and values.
+    Batch 2, heads 3, memory 7, segment 4, key_dim 5, width 11."""
+
+    MEMORY, SEGMENT = 7, 4
+
+    def inputs(self):
+        both = np.random.default_rng(11).normal(size=(2, self.MEMORY + self.SEGMENT, 11))
+        both = both.astype("float32")
+        return both[:, : self.MEMORY], both[:, self.MEMORY :], both
+
+    def last_rows(self, x):
+        return numpy(x)[..., -self.SEGMENT :, :]
+
+    @pytest.mark.parametrize("use_causal_mask", [True, False], ids=["causal", "unmasked"])
+    @pytest.mark.parametrize(
+        "kwargs",
+        [dict(), dict(value_dim=6, use_gate=True, output_shape=13), dict(sliding_window=5)],
+        ids=["plain", "gate", "sliding_window"],
+    )
+    def test_equals_the_last_rows_over_the_concatenation(self, use_causal_mask, kwargs):
+        layer = MultiHeadAttention(num_heads=3, key_dim=5, **kwargs)
+        memory, segment, both = self.inputs()
+        output, scores = layer(
+            segment, memory=memory, use_causal_mask=use_causal_mask, return_attention_scores=True
+        )
+        full_output, full_scores = layer(
+            both, use_causal_mask=use_causal_mask, return_attention_scores=True
+        )
+        assert tuple(scores.shape) == (2, 3, self.SEGMENT, self.MEMORY + self.SEGMENT)
+        np.testing.assert_allclose(numpy(output), numpy(full_output)[:, -self.SEGMENT :], atol=2e-5)
+        np.testing.assert_allclose(numpy(scores), self.last_rows(full_scores), atol=2e-6)
+        fused = layer(segment, memory=memory, use_causal_mask=use_causal_mask)
+        np.testing.assert_allclose(numpy(fused), numpy(output), atol=2e-5)
+
+    def test_bias_and_masks_cover_the_segments_keys(self):
+        layer = MultiHeadAttention(num_heads=3, key_dim=5)
+        memory, segment, both = self.inputs()
+        padding = np.ones((2, self.SEGMENT), bool)
+        padding[0, :2] = False
+        bias = np.random.default_rng(2).normal(size=(2, 1, self.SEGMENT, self.SEGMENT))
+        bias = bias.astype("float32")
+        output = layer(
+            segment, memory=memory, query_mask=padding, attention_bias=bias, use_causal_mask=True
+        )
+        full_padding = np.concatenate([np.ones((2, self.MEMORY), bool), padding], axis=1)
+        full_bias = np.zeros((2, 1) + (self.MEMORY + self.SEGMENT,) * 2, "float32")
+        full_bias[..., self.MEMORY :, self.MEMORY :] = bias
+        full = layer(both, query_mask=full_padding, attention_bias=full_bias, use_causal_mask=True)
+        np.testing.assert_allclose(numpy(output), numpy(full)[:, -self.SEGMENT :], atol=2e-5)
+
+    def test_no_gradient_flows_into_memory(self):
+        from test_relative_multi_head_attention import gradients_to_memory_and_segment
+
+        layer = MultiHeadAttention(num_heads=3, key_dim=5)
+        memory, segment, _ = self.inputs()
+        memory_gradient, segment_gradient = gradients_to_memory_and_segment(layer, memory, segment)
+        assert memory_gradient is None or not np.any(memory_gradient)
+        assert np.any(segment_gradient)
+
+    def test_a_compute_attention_override_sees_the_memory_offset(self):
+        """Keras's hook gets the causal mask of queries at `M + i`."""
+
+        class Custom(MultiHeadAttention):
+            def _compute_attention(self, query, key, value, attention_mask=None, training=None,
+                                   return_attention_scores=False):
+                return super()._compute_attention(
+                    query, key, value, attention_mask, training, return_attention_scores
+                )
+
+        layer = Custom(num_heads=3, key_dim=5)
+        memory, segment, both = self.inputs()
+        output = layer(segment, memory=memory, use_causal_mask=True)
+        full = layer(both, use_causal_mask=True)
+        np.testing.assert_allclose(numpy(output), numpy(full)[:, -self.SEGMENT :], atol=2e-5)

@@ -422,3 +422,156 @@ def naive_cross_attention(w, queries, memory, relation):
             attended[:, i, h] = np.einsum("bj,bjd->bd", p, values)
     kernel, bias = w["output_dense"]
     return np.einsum("blhd,hdo->blo", attended, kernel) + bias
+
+
+# Segment memory: batch 2, heads 3, memory 7, segment 4, key_dim 5, width 11.
+MEMORY_LENGTH, SEGMENT_LENGTH = 7, 4
+MEMORY_SETTINGS = {
+    "skew_beyond_the_table": dict(max_relative_position=3),
+    "skew_within_the_table": dict(max_relative_position=40),
+    "skew_values_per_head": dict(max_relative_position=5, add_relative_to_values=True),
+    "skew_causal_table_shared": dict(
+        max_relative_position=6, causal_table=True, add_relative_to_values=True,
+        heads_share_relative_embedding=True,
+    ),
+    "shaw_beyond_the_clip": dict(relative_type="shaw", max_relative_position=2),
+    "shaw_within_the_clip": dict(relative_type="shaw", max_relative_position=40),
+    "shaw_causal_table_per_head": dict(
+        relative_type="shaw", max_relative_position=3, causal_table=True,
+        heads_share_relative_embedding=False,
+    ),
+}
+
+
+def memory_and_segment(batch=2, seed=0):
+    both = inputs(batch, MEMORY_LENGTH + SEGMENT_LENGTH, seed)
+    return both[:, :MEMORY_LENGTH], both[:, MEMORY_LENGTH:], both
+
+
+@pytest.mark.parametrize("settings", MEMORY_SETTINGS.values(), ids=MEMORY_SETTINGS.keys())
+@pytest.mark.parametrize("use_causal_mask", [True, False], ids=["causal", "unmasked"])
+def test_memory_equals_the_last_rows_over_the_concatenation(settings, use_causal_mask):
+    if settings.get("causal_table") and not use_causal_mask:
+        pytest.skip("a causal table is always causal")
+    layer = make_layer(**settings)
+    memory, segment, both = memory_and_segment()
+    output, scores = layer(segment, memory=memory, use_causal_mask=use_causal_mask, return_attention_scores=True)
+    full_output, full_scores = layer(both, use_causal_mask=use_causal_mask, return_attention_scores=True)
+    assert tuple(scores.shape) == (2, NUM_HEADS, SEGMENT_LENGTH, MEMORY_LENGTH + SEGMENT_LENGTH)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(full_output)[:, -SEGMENT_LENGTH:], atol=2e-5
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(scores), ops.convert_to_numpy(full_scores)[:, :, -SEGMENT_LENGTH:], atol=2e-6
+    )
+    # The scores' path and the fused one agree too.
+    fused = layer(segment, memory=memory, use_causal_mask=use_causal_mask)
+    np.testing.assert_allclose(ops.convert_to_numpy(fused), ops.convert_to_numpy(output), atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [MEMORY_SETTINGS["skew_values_per_head"], MEMORY_SETTINGS["shaw_beyond_the_clip"]],
+    ids=["skew", "shaw"],
+)
+def test_memory_with_segment_padding_and_attention_mask(settings):
+    """Masks cover the segment's keys; every memory position stays visible."""
+    layer = make_layer(**settings)
+    memory, segment, both = memory_and_segment()
+    padding = np.ones((2, SEGMENT_LENGTH), bool)
+    padding[0, :2] = False  # left padding
+    padding[1, -1] = False
+    explicit = np.random.default_rng(3).random((2, SEGMENT_LENGTH, SEGMENT_LENGTH)) > 0.3
+    output = layer(
+        segment, memory=memory, query_mask=padding, attention_mask=explicit, use_causal_mask=True
+    )
+    full_padding = np.concatenate([np.ones((2, MEMORY_LENGTH), bool), padding], axis=1)
+    full_explicit = np.ones((2,) + (MEMORY_LENGTH + SEGMENT_LENGTH,) * 2, bool)
+    full_explicit[:, MEMORY_LENGTH:, MEMORY_LENGTH:] = explicit
+    full_output = layer(both, query_mask=full_padding, attention_mask=full_explicit, use_causal_mask=True)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output), ops.convert_to_numpy(full_output)[:, -SEGMENT_LENGTH:], atol=2e-5
+    )
+
+
+@pytest.mark.parametrize("relative_type", ["skew", "shaw"])
+def test_no_gradient_flows_into_memory(relative_type):
+    layer = make_layer(max_relative_position=3, relative_type=relative_type, add_relative_to_values=True)
+    memory, segment, _ = memory_and_segment()
+    memory_gradient, segment_gradient = gradients_to_memory_and_segment(layer, memory, segment)
+    assert memory_gradient is None or not np.any(memory_gradient)
+    assert np.any(segment_gradient)
+
+
+def gradients_to_memory_and_segment(layer, memory, segment):
+    """The gradients of the summed causal output to `memory` and `segment`
+    (`None` where none flows), on the backend's own autodiff."""
+    backend = keras.backend.backend()
+
+    def loss(memory, segment):
+        return ops.sum(layer(segment, memory=memory, use_causal_mask=True))
+
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        memory, segment = tf.constant(memory), tf.constant(segment)
+        with tf.GradientTape() as tape:
+            tape.watch([memory, segment])
+            value = loss(memory, segment)
+        gradients = tape.gradient(value, [memory, segment])
+    elif backend == "jax":
+        import jax
+
+        layer(segment, memory=memory)  # built outside the trace
+        gradients = jax.grad(loss, argnums=(0, 1))(memory, segment)
+    else:
+        import torch
+
+        memory, segment = (torch.tensor(x, requires_grad=True) for x in (memory, segment))
+        loss(memory, segment).backward()
+        gradients = memory.grad, segment.grad
+    return [None if g is None else ops.convert_to_numpy(g) for g in gradients]
+
+
+@pytest.mark.parametrize("relative_type", ["skew", "shaw"])
+def test_memory_in_a_functional_model_with_unknown_lengths(relative_type):
+    layer = make_layer(max_relative_position=3, relative_type=relative_type)
+    segment_input, memory_input = keras.Input((None, WIDTH)), keras.Input((None, WIDTH))
+    model = keras.Model(
+        [segment_input, memory_input], layer(segment_input, memory=memory_input, use_causal_mask=True)
+    )
+    memory, segment, both = memory_and_segment()
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(model([segment, memory])),
+        ops.convert_to_numpy(layer(both, use_causal_mask=True))[:, -SEGMENT_LENGTH:],
+        atol=2e-5,
+    )
+
+
+@pytest.mark.parametrize("use_causal_mask", [True, False], ids=["causal", "unmasked"])
+def test_skew_with_memory_takes_the_skew(use_causal_mask, monkeypatch):
+    layer = make_layer(max_relative_position=5, add_relative_to_values=not use_causal_mask)
+    memory, segment, both = memory_and_segment()
+    expected = ops.convert_to_numpy(layer(both, use_causal_mask=use_causal_mask))[:, -SEGMENT_LENGTH:]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a skew pass with memory read its relative rows per query-key pair")
+
+    monkeypatch.setattr(layer, "_pairwise_pass", refuse)
+    output = layer(segment, memory=memory, use_causal_mask=use_causal_mask)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=2e-5)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="unknown lengths are a TensorFlow graph feature")
+@pytest.mark.parametrize("settings", MEMORY_SETTINGS.values(), ids=MEMORY_SETTINGS.keys())
+def test_memory_with_unknown_lengths(settings):
+    import tensorflow as tf
+
+    layer = make_layer(**settings)
+    memory, segment, both = memory_and_segment()
+    expected = ops.convert_to_numpy(layer(both, use_causal_mask=True))[:, -SEGMENT_LENGTH:]
+    spec = tf.TensorSpec((None, None, WIDTH), "float32")
+    traced = tf.function(
+        lambda x, m: layer(x, memory=m, use_causal_mask=True), input_signature=[spec, spec]
+    )
+    np.testing.assert_allclose(traced(segment, memory).numpy(), expected, atol=2e-5)
