@@ -12,9 +12,15 @@ causal self-attention, for:
 - naive Shaw: the same Shaw attention with the `[L, L, key_dim]` key and
   value relation tensors materialised, as in Shaw et al.'s formulation.
 
+With `--memory`, a second table: segment memory (Transformer-XL), the skew
+layer on a segment of L positions with a memory of M = L positions (the
+relative skew over key length 2L, no gradient into the memory) against the
+same layer on the concatenation of 2L positions (the anchor), the pass that
+gives the segment's outputs without memory.
+
 Run: `.venv/bin/python -m benchmarks.relative [--lengths 512 1024 2048]
-[--variants skew shaw ...] [--loss sum|square] [--repeats 5] [--rounds 3]`
-(the anchor always runs);
+[--variants skew shaw ...] [--loss sum|square] [--repeats 5] [--rounds 3]
+[--memory]` (the anchor always runs);
 `KERAS_SELFATTN_BENCHMARK_XLA=1` compiles the TensorFlow steps with XLA.
 
 `--loss square` differentiates half the sum of squares of the output, whose
@@ -28,6 +34,7 @@ pass, on top of the forward's own logits-sized tensors.
 import argparse
 
 import keras
+import numpy as np
 from keras import ops
 
 from benchmarks.common import measure_in_turns, megabytes, print_table, random_inputs
@@ -86,8 +93,9 @@ class HalfSquare(keras.layers.Layer):
         super().__init__(**kwargs)
         self.layer = layer
 
-    def call(self, query, use_causal_mask=None):
-        output = self.layer(query, use_causal_mask=use_causal_mask)
+    def call(self, query, use_causal_mask=None, memory=None):
+        with_memory = {} if memory is None else {"memory": memory}
+        output = self.layer(query, use_causal_mask=use_causal_mask, **with_memory)
         return 0.5 * ops.square(ops.cast(output, "float32"))
 
 
@@ -129,6 +137,31 @@ def rows_for(length, repeats, chosen=None, loss="sum", rounds=3):
     ]
 
 
+MEMORY_ANCHOR = "skew on the concatenation (anchor)"
+
+
+def memory_rows_for(length, repeats, loss="sum", rounds=3):
+    """The skew layer with memory M = L against it over the 2L concatenation."""
+    memory, segment = random_inputs((1, length, WIDTH)), random_inputs((1, length, WIDTH), seed=1)
+    both = np.concatenate([memory, segment], axis=1)
+    layer = RelativeMultiHeadAttention(
+        max_relative_position=2 * length, causal_table=True, num_heads=NUM_HEADS, key_dim=KEY_DIM
+    )
+    if loss == "square":
+        layer = HalfSquare(layer)
+    layer(both, use_causal_mask=True)  # build
+    cases = {
+        MEMORY_ANCHOR: (layer, {"query": both}, {"use_causal_mask": True}),
+        "skew with memory": (layer, {"query": segment, "memory": memory}, {"use_causal_mask": True}),
+    }
+    results = measure_in_turns(cases, rounds=rounds, repeats=repeats)
+    anchor_seconds, anchor_bytes = results[MEMORY_ANCHOR]
+    return [
+        [length, length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
+        for name, (seconds, peak) in results.items()
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
@@ -141,6 +174,11 @@ def main():
         '"shaw", "naive shaw" (default: all)',
     )
     parser.add_argument("--loss", choices=["sum", "square"], default="sum")
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also time the skew with segment memory M = L against the 2L concatenation",
+    )
     args = parser.parse_args()
     rows = []
     for length in args.lengths:
@@ -151,6 +189,16 @@ def main():
         ["L", "variant", "ms", "x time", "peak MB", "x memory"],
         rows,
     )
+    if args.memory:
+        rows = []
+        for length in args.lengths:
+            rows += memory_rows_for(length, args.repeats, args.loss, args.rounds)
+        print_table(
+            f"Segment memory, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
+            f"causal skew, {args.loss} loss",
+            ["L", "M", "variant", "ms", "x time", "peak MB", "x memory"],
+            rows,
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ PROGRAMS = {
         },
     ),
     "benchmarks.relative": (
-        ["--lengths", "16", "--repeats", "1", "--rounds", "1"],
-        {"Relative attention, forward+backward": ["x time", "x memory"]},
+        ["--lengths", "16", "--repeats", "1", "--rounds", "1", "--memory"],
+        {
+            "Relative attention, forward+backward": ["x time", "x memory"],
+            "Segment memory, forward+backward": ["x time", "x memory"],
+        },
     ),
     "benchmarks.relational": (
         ["--nodes", "16", "--key_dims", "8", "--edges_per_node", "1", "--repeats", "1", "--rounds", "1"],
