@@ -6,7 +6,7 @@ from keras import ops
 from keras_selfattn.layers.relative_multi_head_attention import (
     RelativeMultiHeadAttention,
 )
-from layer_testing import run_layer_test
+from layer_testing import jit, run_layer_test
 
 # Distinct primes (batch 2): no axis can pass for another.
 NUM_HEADS, KEY_DIM, WIDTH = 3, 5, 11
@@ -575,3 +575,22 @@ def test_memory_with_unknown_lengths(settings):
         lambda x, m: layer(x, memory=m, use_causal_mask=True), input_signature=[spec, spec]
     )
     np.testing.assert_allclose(traced(segment, memory).numpy(), expected, atol=2e-5)
+
+
+@pytest.mark.parametrize("relative_type", ["skew", "shaw"])
+def test_memory_compiled_and_in_mixed_precision(relative_type):
+    memory, segment, both = memory_and_segment()
+    layer = make_layer(max_relative_position=3, relative_type=relative_type, add_relative_to_values=True)
+    expected = ops.convert_to_numpy(layer(both, use_causal_mask=True))[:, -SEGMENT_LENGTH:]
+    compiled = jit(lambda x, m: layer(x, memory=m, use_causal_mask=True))
+    np.testing.assert_allclose(ops.convert_to_numpy(compiled(segment, memory)), expected, atol=2e-5)
+    for policy, atol in (("mixed_float16", 5e-3), ("mixed_bfloat16", 5e-2)):
+        layer = make_layer(max_relative_position=3, relative_type=relative_type, dtype=policy)
+        output = layer(segment, memory=memory, use_causal_mask=True)
+        assert keras.backend.standardize_dtype(output.dtype) == policy.split("_")[1]
+        full = ops.cast(layer(both, use_causal_mask=True), "float32")
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(ops.cast(output, "float32")),
+            ops.convert_to_numpy(full)[:, -SEGMENT_LENGTH:],
+            atol=atol,
+        )
