@@ -1,4 +1,5 @@
-"""Eager calls on TensorFlow run the generation loop as one graph."""
+"""How the generation loop runs when it is called eagerly: as one graph on
+TensorFlow, without autograd on PyTorch."""
 
 import functools
 
@@ -33,4 +34,26 @@ def graph_when_eager(function):
         return graph(*args, seed=seed, **kwargs)
 
     wrapper.graph_function = graph
+    return wrapper
+
+
+def without_gradients(function):
+    """Runs `function` under `torch.no_grad()` on the PyTorch backend.
+
+    Eager torch ops record an autograd graph whenever a weight takes part:
+    over a generation loop that graph holds every step's activations until
+    the outputs are freed, and float outputs (translation scores) come back
+    requiring grad, which `np.asarray` refuses. Generation never
+    differentiates, so on torch it records nothing. On other backends
+    `function` runs as it is.
+    """
+    if keras.backend.backend() != "torch":
+        return function
+    import torch
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with torch.no_grad():
+            return function(*args, **kwargs)
+
     return wrapper

@@ -3,7 +3,7 @@
 import numpy as np
 from keras import ops
 
-from keras_selfattn.generation.execution import graph_when_eager
+from keras_selfattn.generation.execution import graph_when_eager, without_gradients
 from keras_selfattn.generation.sampling import (
     check_decoding,
     check_sampling_arguments,
@@ -94,6 +94,7 @@ def sample_images(
     )
 
 
+@without_gradients
 @graph_when_eager
 def generate_images(
     image,

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_selfattn.generation.execution import graph_when_eager
+from keras_selfattn.generation.execution import graph_when_eager, without_gradients
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
@@ -56,6 +56,7 @@ def generate_continuation(
     )
 
 
+@without_gradients
 @graph_when_eager
 def _continue_sequence(
     model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_rules
@@ -231,6 +232,7 @@ def translate_tokens(
     )
 
 
+@without_gradients
 @graph_when_eager
 def generate_translation(
     model, source_tokens, max_length, *, beam_size, alpha, eos_id, temperature, top_k, top_p, seed,

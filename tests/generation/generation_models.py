@@ -2,6 +2,7 @@
 generation tests: each reference re-runs the full forward pass and takes the
 argmax (or, for images, the rounded posterior mean), position by position."""
 
+import keras
 import numpy as np
 
 from keras_selfattn.models import (
@@ -93,7 +94,8 @@ def translation_score(model, source, translations, alpha, eos_id=1):
     """GNMT score of each translation: log P over its tokens up to and
     including EOS, divided by ((5 + length) / 6) ** alpha."""
     target = np.concatenate([np.zeros((len(source), 1), "int32"), translations[:, :-1]], axis=1)
-    logits = np.asarray(model({"source_tokens": source, "target_tokens": target}), "float64")
+    logits = keras.ops.convert_to_numpy(model({"source_tokens": source, "target_tokens": target}))
+    logits = logits.astype("float64")
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     scores = []
     for row, tokens in enumerate(translations):

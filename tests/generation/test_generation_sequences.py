@@ -144,6 +144,13 @@ def test_beam_search_scores_at_least_greedy(position):
             assert not row[ends[0] + 1 :].any()
 
 
+@pytest.mark.backends("torch", reason="autograd records eager torch ops")
+def test_generation_records_no_autograd_graph_on_torch():
+    model = translation_model("shaw", vocab_size=8)
+    _, scores = translate_tokens(model, _source(), 4, temperature=1.0, seed=3, return_scores=True)
+    assert not scores.requires_grad
+
+
 def test_returned_scores_are_the_gnmt_scores_of_the_translations():
     model = translation_model("shaw", vocab_size=8)
     source = np.random.default_rng(4).integers(2, 14, (6, 5)).astype("int32")
@@ -156,7 +163,7 @@ def test_returned_scores_are_the_gnmt_scores_of_the_translations():
         np.testing.assert_allclose(np.asarray(scores), expected, rtol=1e-4, atol=1e-4, err_msg=str(setting))
 
 
-@pytest.mark.skipif(ON_TENSORFLOW, reason="the JAX backend refuses beam search")
+@pytest.mark.skipif(ON_TENSORFLOW, reason="TensorFlow runs beam search")
 def test_beam_search_needs_tensorflow():
     with pytest.raises(ValueError, match="`beam_size` > 1 .* TensorFlow backend"):
         translate_tokens(translation_model("sinusoidal"), _source(), 4, beam_size=2)

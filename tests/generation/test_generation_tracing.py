@@ -150,7 +150,7 @@ def test_beam_search_with_a_free_batch_dimension():
     np.testing.assert_array_equal(serve(source), translate_tokens(model, source, 5, beam_size=2))
 
 
-@pytest.mark.skipif(ON_TENSORFLOW, reason="jax.jit")
+@pytest.mark.backends("jax", reason="jax.jit")
 @pytest.mark.parametrize("case", CASES)
 def test_jax_jit_follows_the_seed(case):
     import jax
