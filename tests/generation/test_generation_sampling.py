@@ -39,15 +39,29 @@ def test_filter_logits_keeps_the_top_k_then_the_nucleus(temperature, top_k, top_
         np.testing.assert_allclose(np.exp(kept - kept.max()) / np.exp(kept - kept.max()).sum(), expected, atol=1e-6)
 
 
+def _top_p_keeping(size, logits, temperature, top_k):
+    """The `top_p` whose nucleus is the `size` most likely tokens after the
+    temperature and top-k: halfway into the probability of the last one.
+    Each backend initialises the model with its own random draws, so a fixed
+    `top_p` keeps a different number of tokens on each (one token on torch
+    for 0.75, where the test then checked nothing)."""
+    probabilities = np.sort(_kept_probabilities(logits, temperature, top_k, 1.0))[::-1]
+    assert probabilities[size - 1] > 1e-3 and probabilities[size] > 0, probabilities
+    return float(probabilities[: size - 1].sum() + probabilities[size - 1] / 2)
+
+
 @pytest.mark.parametrize(
-    "temperature, top_k, top_p",
-    [(1.0, 0, 1.0), (0.6, 0, 1.0), (1.5, 5, 1.0), (1.0, 0, 0.75), (2.0, 7, 0.9)],
+    "temperature, top_k, nucleus_size",
+    [(1.0, 0, None), (0.6, 0, None), (1.5, 5, None), (1.0, 0, 3), (2.0, 7, 4)],
 )
-def test_next_token_frequencies_match_the_filtered_softmax(temperature, top_k, top_p):
+def test_next_token_frequencies_match_the_filtered_softmax(temperature, top_k, nucleus_size):
     model = sharpen(music_model("absolute", vocab_size=VOCAB_SIZE), factor=4.0)
     primer = np.array([[3, 7, 1]], "int32")
     logits = np.asarray(model.predict_on_batch(primer))[0, -1]
+    top_p = 1.0 if nucleus_size is None else _top_p_keeping(nucleus_size, logits, temperature, top_k)
     expected = _kept_probabilities(logits, temperature, top_k, top_p)
+    if nucleus_size is not None:
+        assert (expected > 0).sum() == nucleus_size
     rows = np.repeat(primer, 600, axis=0)
     draws = np.concatenate(
         [

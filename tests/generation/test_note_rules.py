@@ -84,11 +84,23 @@ def test_greedy_continuation_with_rules_equals_the_masked_uncached_loop(attentio
     np.testing.assert_array_equal(tokens, _greedy_with_rules(model, primer, 8))
 
 
+def _favouring_note_events(model, boost=4.0):
+    """`model` with `boost` added to the logits of every note-on and
+    note-off: it then plays mostly note events, half of which break the
+    rules, on every backend (each initialises the weights with its own
+    random draws; sharpened, the torch model mostly chose time shifts)."""
+    bias = model.get_layer("logits").bias
+    note_events = np.zeros(bias.shape, "float32")
+    note_events[2:10] = boost
+    bias.assign(ops.convert_to_numpy(bias) + note_events)
+    return model
+
+
 def test_sampled_continuations_keep_the_rules_that_they_break_without():
-    model = sharpen(music_model("relative_global"))
+    model = _favouring_note_events(music_model("relative_global"))
     primer = RNG.integers(2, 12, (6, 5)).astype("int32")
     free = np.asarray(continue_sequence(model, primer, 12, seed=4))
-    assert any(_breaks_the_rules(row, 5) for row in free)  # the model alone does break them
+    assert all(_breaks_the_rules(row, 5) for row in free)  # the model alone does break them
     for settings in (dict(seed=4), dict(seed=5, top_k=3), dict(seed=6, top_p=0.8, temperature=1.4)):
         ruled = np.asarray(continue_sequence(model, primer, 12, note_event_ids=NOTE_EVENT_IDS, **settings))
         np.testing.assert_array_equal(ruled[:, :5], primer)
