@@ -58,7 +58,7 @@ test-jax: install
 	@$(call timed,jax (ops layers generation),KERAS_BACKEND=jax $(PYTEST) tests/ops tests/layers tests/generation)
 
 test-torch: install
-	@$(call timed,torch (ops layers),KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers)
+	@$(call timed,torch (ops layers generation),KERAS_BACKEND=torch $(PYTEST) tests/ops tests/layers tests/generation)
 
 test-fast: install
 	$(PYTEST) tests -m "not slow"
