@@ -31,7 +31,8 @@ EXPORT = ["onnx==1.23.2", "onnxruntime==1.32.0", "tf2onnx==1.17.0", "ai-edge-lit
 # torch==2.13.0 is the version the torch run of `make test` is tested with. On Linux, PyPI's wheel of
 # it is the CUDA build (several GB); for CPU-only torch, install it from PyTorch's CPU index first:
 # `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
-TEST = ["pytest", "numpy", "scikit-learn", "pyyaml", "torch==2.13.0"] + RECIPES + JAX + EXPORT
+TORCH = ["torch==2.13.0"]
+TEST = ["pytest", "numpy", "scikit-learn", "pyyaml"] + TORCH + RECIPES + JAX + EXPORT
 
 setup(
     name="keras-selfattn",
@@ -52,12 +53,13 @@ setup(
         "recipes": RECIPES,
         "beam": BEAM,
         "jax": JAX,
+        "torch": TORCH,
         "music": MUSIC,
         "text": TEXT,
         "serving": SERVING,
         "export": EXPORT,
         "test": TEST,
-        "all": RECIPES + BEAM + JAX + MUSIC + TEXT + SERVING + EXPORT + TEST,
+        "all": RECIPES + BEAM + JAX + TORCH + MUSIC + TEXT + SERVING + EXPORT + TEST,
     },
     classifiers=[
         "Programming Language :: Python :: 3",

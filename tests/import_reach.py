@@ -110,6 +110,16 @@ def _is_main_block(node):
     )
 
 
+def _class_on_import(node):
+    """`(what a class statement runs on import, its methods' bodies)`."""
+    methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    on_import = [*node.decorator_list, *node.bases, *node.keywords]
+    on_import += [n for n in node.body if n not in methods]
+    for method in methods:
+        on_import += [*method.decorator_list, *method.args.defaults, *filter(None, method.args.kw_defaults)]
+    return on_import, [statement for method in methods for statement in method.body]
+
+
 def _walk(nodes):
     for node in nodes:
         yield from ast.walk(node)
@@ -164,11 +174,24 @@ class Reach:
         else:  # a name assigned at module level: the body assigns it
             return
         bindings = {**module.bindings, **module.import_bindings(nodes)}
+        if self._on_import and isinstance(nodes[0], ast.ClassDef):
+            # A class body runs on import; its methods' bodies run when called.
+            on_import, methods = _class_on_import(nodes[0])
+            self._walk_nodes(module, bindings, on_import)
+            caller_on_import, self._on_import = self._on_import, False
+            try:
+                self._walk_nodes(module, bindings, methods)
+            finally:
+                self._on_import = caller_on_import
+            return
+        self._walk_nodes(module, bindings, nodes)
+
+    def _walk_nodes(self, module, bindings, nodes):
         qualifiers = {id(node.value) for node in _walk(nodes) if isinstance(node, ast.Attribute)}
         for node in _walk(nodes):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
-                    self.imported(module.resolve_import(node, alias), key)
+                    self.imported(module.resolve_import(node, alias), self._from)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 self.used(module, bindings, node.value.id, node.attr)
             elif isinstance(node, ast.Name) and id(node) not in qualifiers:

@@ -60,23 +60,28 @@ FEATURES = {
     "music": Feature(("keras_selfattn/data/music",)),
     "text": Feature(("keras_selfattn/data/text", "keras_selfattn/models/metrics.py:translation_scores")),
     # `translate` runs beam search; `client.py music` reads MIDI (it asks for `.[music]`).
-    "serving": Feature(("keras_selfattn/export", "serving"), includes=("beam",), optional=("music",)),
+    "serving": Feature(("keras_selfattn/export", "serving"), includes=("beam",), optional=("music", "torch")),
     # Every recipe runs as documented: data, plots, beam search, export.
     "recipes": Feature(
-        ("recipes", "keras_selfattn/data/images", *IMAGE_METRICS), includes=("beam", "music", "text", "serving")
+        ("recipes", "keras_selfattn/data/images", *IMAGE_METRICS),
+        includes=("beam", "music", "text", "serving"),
+        optional=("torch",),
     ),
     # `KERAS_BACKEND=jax`: Keras imports jax.
     "jax": Feature(modules=("jax",)),
+    # `KERAS_BACKEND=torch`: Keras imports torch, and generation runs under its `no_grad`.
+    "torch": Feature(("keras_selfattn/generation/execution.py:_torch_no_grad",)),
     # `model.export(format="onnx" / "litert")` and running the results (the tests import
     # them with `pytest.importorskip`, which the import reach does not follow).
     "export": Feature(modules=("onnx", "onnxruntime", "tf2onnx", "ai_edge_litert")),
     # `make test` runs every test on TensorFlow, and on JAX and PyTorch.
-    "test": Feature(("tests",), includes=("recipes", "jax", "export")),
+    "test": Feature(("tests",), includes=("recipes", "jax", "torch", "export")),
 }
 # The rest of the package needs only `install_requires`: `translate_tokens`
-# with `beam_size` > 1 runs the beam extra's code, and a model's
-# `serving_endpoints` (what `export_for_serving` asks it) the serving extra's.
-CORE = Feature(("keras_selfattn",), optional=("beam", "serving"))
+# with `beam_size` > 1 runs the beam extra's code, a model's
+# `serving_endpoints` (what `export_for_serving` asks it) the serving extra's,
+# and generation on the torch backend the torch extra's.
+CORE = Feature(("keras_selfattn",), optional=("beam", "serving", "torch"))
 
 
 def _owners():

@@ -1,6 +1,7 @@
 """How the generation loop runs when it is called eagerly: as one graph on
 TensorFlow, without autograd on PyTorch."""
 
+import contextlib
 import functools
 
 import keras
@@ -37,23 +38,23 @@ def graph_when_eager(function):
     return wrapper
 
 
-def without_gradients(function):
-    """Runs `function` under `torch.no_grad()` on the PyTorch backend.
+def gradients_off():
+    """A context in which the backend records no gradients: `torch.no_grad()`
+    on the PyTorch backend, nothing on the others.
 
     Eager torch ops record an autograd graph whenever a weight takes part:
     over a generation loop that graph holds every step's activations until
     the outputs are freed, and float outputs (translation scores) come back
     requiring grad, which `np.asarray` refuses. Generation never
-    differentiates, so on torch it records nothing. On other backends
-    `function` runs as it is.
+    differentiates, so on torch it records nothing.
     """
     if keras.backend.backend() != "torch":
-        return function
+        return contextlib.nullcontext()
+    return _torch_no_grad()
+
+
+def _torch_no_grad():
+    # Runs only on the torch backend, where Keras has imported torch.
     import torch
 
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        with torch.no_grad():
-            return function(*args, **kwargs)
-
-    return wrapper
+    return torch.no_grad()

@@ -3,7 +3,7 @@
 import numpy as np
 from keras import ops
 
-from keras_selfattn.generation.execution import graph_when_eager, without_gradients
+from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.sampling import (
     check_decoding,
     check_sampling_arguments,
@@ -94,9 +94,14 @@ def sample_images(
     )
 
 
-@without_gradients
+def generate_images(image, *args, **kwargs):
+    """`_generate_images` with no gradients recorded (`gradients_off`)."""
+    with gradients_off():
+        return _generate_images(image, *args, **kwargs)
+
+
 @graph_when_eager
-def generate_images(
+def _generate_images(
     image,
     batch_size=None,
     *,

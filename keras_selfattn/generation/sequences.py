@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_selfattn.generation.execution import graph_when_eager, without_gradients
+from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import (
     check_sampling_arguments,
@@ -50,13 +50,13 @@ def generate_continuation(
     note_rules = None
     if note_event_ids is not None:
         note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
-    return _continue_sequence(
-        model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
-        top_k=top_k, top_p=top_p, seed=seed, note_rules=note_rules,
-    )
+    with gradients_off():
+        return _continue_sequence(
+            model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed, note_rules=note_rules,
+        )
 
 
-@without_gradients
 @graph_when_eager
 def _continue_sequence(
     model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_rules
@@ -232,9 +232,14 @@ def translate_tokens(
     )
 
 
-@without_gradients
+def generate_translation(model, *args, **kwargs):
+    """`_generate_translation` with no gradients recorded (`gradients_off`)."""
+    with gradients_off():
+        return _generate_translation(model, *args, **kwargs)
+
+
 @graph_when_eager
-def generate_translation(
+def _generate_translation(
     model, source_tokens, max_length, *, beam_size, alpha, eos_id, temperature, top_k, top_p, seed,
     return_scores,
 ):

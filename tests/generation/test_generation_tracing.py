@@ -86,10 +86,10 @@ def test_eager_calls_trace_once_per_shape_and_settings_note_rules_included():
         sequences._continue_sequence: lambda seed: continue_sequence(
             music, RNG.integers(0, 20, (2, 3)), 4, seed=seed, note_event_ids=dict(note_event_ids)
         ),
-        sequences.generate_translation: lambda seed: translate_tokens(
+        sequences._generate_translation: lambda seed: translate_tokens(
             translation, RNG.integers(2, 14, (2, 4)), 4, temperature=1.0, seed=seed
         ),
-        images.generate_images: lambda seed: sample_images(
+        images._generate_images: lambda seed: sample_images(
             image, known_pixels=RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8"), known_rows=1,
             seed=seed,
         ),
