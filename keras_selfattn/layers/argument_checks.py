@@ -3,6 +3,7 @@ raises a `ValueError` naming the argument and what was expected
 (`checked_in_range` also in a TensorFlow graph, as an `InvalidArgumentError`)."""
 
 import numbers
+import warnings
 
 import keras
 import numpy as np
@@ -140,3 +141,20 @@ def _concrete(tensor):
         return ops.convert_to_numpy(tensor)
     except Exception:  # A symbolic or traced value: checked at run time only.
         return None
+
+
+def renamed_argument(overrides, old_name, new_name, value):
+    """`value`, or the one `overrides` gives under the argument's old name
+    (popped from `overrides`, with a `DeprecationWarning`).
+
+    Raises:
+        ValueError: both names are given.
+    """
+    if old_name not in overrides:
+        return value
+    if value is not None:
+        raise ValueError(f"Pass `{new_name}` only; `{old_name}` is its old name.")
+    warnings.warn(
+        f"`{old_name}` is deprecated; pass `{new_name}`.", DeprecationWarning, stacklevel=3
+    )
+    return overrides.pop(old_name)

@@ -1,13 +1,12 @@
 """What the local attention layers (1D, 2D) share: arguments, the call's
 front end, masks, caches and output specs."""
 
-import warnings
 
 import keras
 from keras import ops
 
 from keras_selfattn.compat import set_keras_mask
-from keras_selfattn.layers.argument_checks import check_positive_int
+from keras_selfattn.layers.argument_checks import check_positive_int, renamed_argument
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
@@ -272,18 +271,12 @@ _FIXED_ARGUMENTS = {
 
 def renamed_block_shape(kwargs, block_shape, layer_name):
     """`block_shape`, or the value `kwargs` gives under its old name
-    `query_shape` (popped, with a `DeprecationWarning`).
+    `query_shape` (`renamed_argument`).
 
     Raises:
         ValueError: both names are given, or neither.
     """
-    if "query_shape" in kwargs:
-        if block_shape is not None:
-            raise ValueError("Pass `block_shape` only; `query_shape` is its old name.")
-        warnings.warn(
-            "`query_shape` is deprecated; pass `block_shape`.", DeprecationWarning, stacklevel=3
-        )
-        block_shape = kwargs.pop("query_shape")
+    block_shape = renamed_argument(kwargs, "query_shape", "block_shape", block_shape)
     if block_shape is None:
         raise ValueError(f"{layer_name} needs `block_shape`, the query block `(height, width)`.")
     return block_shape

@@ -1,6 +1,6 @@
 """Preset resolution and argument checks shared by the model builders."""
 
-import warnings
+from keras_selfattn.layers.argument_checks import renamed_argument
 
 
 def resolve_preset(builder, presets, preset, overrides):
@@ -39,22 +39,6 @@ def check_divisible_width(hidden_dim, num_heads):
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
         )
 
-
-def renamed_argument(overrides, old_name, new_name, value):
-    """`value`, or the one `overrides` gives under the argument's old name
-    (popped from `overrides`, with a `DeprecationWarning`).
-
-    Raises:
-        ValueError: both names are given.
-    """
-    if old_name not in overrides:
-        return value
-    if value is not None:
-        raise ValueError(f"Pass `{new_name}` only; `{old_name}` is its old name.")
-    warnings.warn(
-        f"`{old_name}` is deprecated; pass `{new_name}`.", DeprecationWarning, stacklevel=3
-    )
-    return overrides.pop(old_name)
 
 
 def renamed_override(overrides, old_name, new_name):
