@@ -50,6 +50,14 @@ def residual_connection(x, sublayer, norm, dropout, norm_first, training):
     return norm(x + dropout(sublayer(x), training=training))
 
 
+def residual_branches(x, branches, dropout, norm_first, training):
+    """`x` through each `(sublayer, norm)` of `branches` in turn, each in a
+    residual connection: the body of every Transformer block."""
+    for sublayer, norm in branches:
+        x = residual_connection(x, sublayer, norm, dropout, norm_first, training)
+    return x
+
+
 def build_once(layer, *shapes):
     """Builds `layer` unless it already is (a deserialized sublayer is)."""
     if not layer.built:

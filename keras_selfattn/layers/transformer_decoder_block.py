@@ -10,7 +10,7 @@ from keras_selfattn.layers.transformer_block_parts import (
     check_block_arguments,
     deserialize_attention_layers,
     feedforward_layers,
-    residual_connection,
+    residual_branches,
 )
 
 
@@ -162,12 +162,11 @@ class TransformerDecoderBlock(keras.layers.Layer):
                 output, scores["cross"] = output
             return keras.ops.reshape(output, (-1,) + tuple(x.shape[1:])) if flat is not x else output
 
-        x = self._residual(inputs, attend_to_self, self._self_attention_norm, training)
+        branches = [(attend_to_self, self._self_attention_norm)]
         if self.cross_attention is not None:
-            x = self._residual(x, attend_to_encoder, self._cross_attention_norm, training)
-        x = self._residual(
-            x, lambda h: self._feedforward(h, training=training), self._feedforward_norm, training
-        )
+            branches.append((attend_to_encoder, self._cross_attention_norm))
+        branches.append((lambda h: self._feedforward(h, training=training), self._feedforward_norm))
+        x = residual_branches(inputs, branches, self._residual_dropout, self.norm_first, training)
         results = (x,) + ((scores,) if return_attention_scores else ()) + tuple(new_cache)
         return results[0] if len(results) == 1 else results
 
@@ -175,11 +174,6 @@ class TransformerDecoderBlock(keras.layers.Layer):
         """What the self-attention layer reads of `inputs`: the normalised
         inputs in a pre-norm block, the inputs themselves in a post-norm one."""
         return self._self_attention_norm(inputs) if self.norm_first else inputs
-
-    def _residual(self, x, sublayer, norm, training):
-        return residual_connection(
-            x, sublayer, norm, self._residual_dropout, self.norm_first, training
-        )
 
     def compute_output_spec(
         self, inputs, encoder_outputs=None, cache=None, return_attention_scores=False, **kwargs

@@ -8,7 +8,7 @@ from keras_selfattn.layers.transformer_block_parts import (
     check_block_arguments,
     deserialize_attention_layers,
     feedforward_layers,
-    residual_connection,
+    residual_branches,
 )
 
 
@@ -91,15 +91,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
             # Without a `value`, the query's padding masks the keys too.
             return self.self_attention(x, query_mask=padding_mask, training=training)
 
-        x = self._residual(inputs, attend, self._attention_norm, training)
-        return self._residual(
-            x, lambda h: self._feedforward(h, training=training), self._feedforward_norm, training
-        )
+        def feedforward(x):
+            return self._feedforward(x, training=training)
 
-    def _residual(self, x, sublayer, norm, training):
-        return residual_connection(
-            x, sublayer, norm, self._residual_dropout, self.norm_first, training
-        )
+        branches = [(attend, self._attention_norm), (feedforward, self._feedforward_norm)]
+        return residual_branches(inputs, branches, self._residual_dropout, self.norm_first, training)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

@@ -200,8 +200,8 @@ class FamilyModel(keras.Model):
 
 def _rebuilt(model_class, model):
     """`model_class` with the hyperparameters and weights of the plain model
-    `model` (the weights file keys each layer by its name, which the
-    constructor keeps)."""
+    `model` (the weights file keys each layer by its class and its position
+    among the model's layers, which the constructor keeps)."""
     rebuilt = model_class(**model_class._saved_arguments(model), name=model.name)
     with tempfile.TemporaryDirectory() as folder:
         path = str(Path(folder) / "weights.weights.h5")

@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.relational_attention import RelationalAttention
-from keras_selfattn.layers.transformer_block_parts import residual_connection
+from keras_selfattn.layers.transformer_block_parts import residual_branches
 from keras_selfattn.models.config import (
     check_divisible_width,
     check_vocabulary_size,
@@ -43,9 +43,9 @@ class GraphEncoderBlock:
     position of its layer among the model's layers, so a model whose blocks
     were single layers could not load the files of earlier versions, whose
     Functional graph held these layers (named `encoder_block_{i}_<field>`).
-    The residual branches are `TransformerEncoderBlock`'s
-    (`residual_connection`, pre-norm); unlike its feedforward network, this
-    one has no dropout between its two layers.
+    Its body is `TransformerEncoderBlock`'s (`residual_branches`, pre-norm);
+    unlike that block's feedforward network, this one has no dropout between
+    its two layers.
     """
 
     attention_norm: keras.layers.Layer
@@ -59,11 +59,11 @@ class GraphEncoderBlock:
         def attend(normed):
             return self.attention(normed, query_mask=present, relations=relations, training=training)
 
-        x = residual_connection(x, attend, self.attention_norm, self.dropout, True, training)
-        return residual_connection(
-            x, lambda normed: self.output(self.feedforward(normed)), self.feedforward_norm, self.dropout,
-            True, training,
-        )
+        def feedforward(normed):
+            return self.output(self.feedforward(normed))
+
+        branches = [(attend, self.attention_norm), (feedforward, self.feedforward_norm)]
+        return residual_branches(x, branches, self.dropout, True, training)
 
     def attention_scores(self, x, present, relations):
         """`[batch, heads, nodes, nodes]` attention probabilities of the block's input `x`."""
