@@ -20,9 +20,10 @@ TensorFlow Serving runs it):
    timed inside the generation loop with a cache of `position + k` rows.
    A cached step attends over the whole static cache (masked past the
    position), so its cost follows the cache's length; here that length is
-   the position. Without XLA, TensorFlow also copies each layer's cache once
-   per step (a loop-carried tensor is not updated in place); the attention
-   reads the cached keys and values in place.
+   the position. The generation loop writes each step's keys and values
+   into the cache's own buffer (`cache_writes_in_place`; a scatter into a
+   loop-carried tensor would copy the whole cache every step without XLA),
+   and the attention reads them in place.
 3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
    forward pass per sub-pixel), `local_1d` and `local_2d`.
 

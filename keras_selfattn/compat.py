@@ -9,6 +9,7 @@ Keras has no public API for these, so a Keras release may rename them;
 - The TensorFlow trainer's per-replica reduction and symbolic build, which
   `keras_selfattn.distribute` replaces for multi-worker `fit`, the trainer's
   strategy, and TensorFlow's test of a strategy running several workers.
+- TensorFlow's test of whether a graph is being compiled with XLA.
 """
 
 from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
@@ -18,6 +19,7 @@ __all__ = [
     "MultiHeadAttentionInternals",
     "get_keras_mask",
     "in_multi_worker_mode",
+    "in_xla_context",
     "set_keras_mask",
     "symbolic_build",
     "tensorflow_trainer_module",
@@ -103,3 +105,12 @@ def symbolic_build(model, data_batch):
 def in_multi_worker_mode(strategy):
     """Whether `strategy` (a `tf.distribute` strategy) spans several workers."""
     return strategy.extended._in_multi_worker_mode()
+
+
+def in_xla_context():
+    """Whether the TensorFlow graph being built is compiled with XLA
+    (`jit_compile=True`, or inside such a function)."""
+    import tensorflow as tf
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+    return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())

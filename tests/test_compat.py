@@ -131,6 +131,20 @@ def test_trainer_and_strategy_internals_that_multi_worker_fit_reads():
     assert model.optimizer.built and model.built
 
 
+def test_xla_context_is_told_apart():
+    import tensorflow as tf
+
+    seen = {}
+
+    def record(name):
+        seen[name] = compat.in_xla_context()
+        return tf.constant(0)
+
+    tf.function(lambda: record("xla"), jit_compile=True)()
+    tf.function(lambda: record("graph"), jit_compile=False)()
+    assert seen == {"xla": True, "graph": False}
+
+
 def test_only_compat_imports_keras_internals():
     pattern = re.compile(r"^\s*(from|import)\s+keras\.src\b", re.MULTILINE)
     offenders = [

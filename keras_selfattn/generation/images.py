@@ -14,6 +14,7 @@ from keras_selfattn.generation.sampling import (
 )
 from keras_selfattn.models.image_common import position_grid
 from keras_selfattn.models.image_models import ImageTransformer
+from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 
 
 def sample_images(
@@ -188,7 +189,9 @@ def generate_image(
     values = ops.zeros((batch_size, raster_index.size) + value_shape, "int32")
     previous = ops.zeros((batch_size,) + value_shape, "int32")
     caches = image.initial_cache(batch_size)
-    values, _, _ = ops.fori_loop(0, raster_index.size, step, (values, previous, caches))
+    with cache_writes_in_place():
+        state = (values, previous, owned_caches(caches))
+        values, _, _ = ops.fori_loop(0, raster_index.size, step, state)
     raster = ops.take(values, np.argsort(raster_index), axis=1)
     return ops.cast(ops.reshape(raster, (-1,) + tuple(image_shape)), "uint8")
 

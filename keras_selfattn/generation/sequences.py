@@ -14,6 +14,7 @@ from keras_selfattn.generation.sampling import (
 from keras_selfattn.layers.argument_checks import check_length
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.translation import TranslationTransformer
+from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 from keras_selfattn.ops.masks import sequence_mask
 
 START_ID = 0
@@ -139,7 +140,9 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
             state += (note_rules.after(sounding[0], chosen),)
         return state
 
-    return ops.fori_loop(start, total_length - 1, step, state)[0]
+    with cache_writes_in_place():
+        state = (state[0], owned_caches(state[1])) + state[2:]
+        return ops.fori_loop(start, total_length - 1, step, state)[0]
 
 
 def _zeros_past(tokens, lengths):
@@ -289,8 +292,9 @@ def _generate_translation(
         return index + 1, tokens, finished, log_probability, caches
 
     index = ops.convert_to_tensor(0, "int32")
-    state = (index, tokens, finished, log_probability, caches)
-    _, tokens, _, log_probability, _ = ops.while_loop(unfinished, step, state)
+    with cache_writes_in_place():
+        state = (index, tokens, finished, log_probability, owned_caches(caches))
+        _, tokens, _, log_probability, _ = ops.while_loop(unfinished, step, state)
     tokens = tokens[:, 1:]
     if not return_scores:
         return tokens

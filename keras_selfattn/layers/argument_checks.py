@@ -9,6 +9,8 @@ import keras
 import numpy as np
 from keras import backend, ops
 
+from keras_selfattn.compat import in_xla_context
+
 
 def check_positive_int(name, value):
     """`value` as an int; `ValueError` naming `name` unless it is an int > 0."""
@@ -81,16 +83,9 @@ def checked_in_range(tensor, argument, limits, switch, unchecked_under_xla=False
         return tensor
     if backend.backend() != "tensorflow" or isinstance(tensor, keras.KerasTensor):
         return tensor
-    if unchecked_under_xla and _in_xla_context():
+    if unchecked_under_xla and in_xla_context():
         return tensor
     return _asserted_in_range(tensor, argument, limits, switch)
-
-
-def _in_xla_context():
-    import tensorflow as tf
-    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
-
-    return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _range_message(what, argument, last):
@@ -112,7 +107,7 @@ def _asserted_in_range(tensor, argument, limits, switch):
     """`checked_in_range` in a TensorFlow graph."""
     import tensorflow as tf
 
-    if _in_xla_context():
+    if in_xla_context():
         raise ValueError(
             f"`{argument}` cannot be checked in a function compiled with XLA "
             "(`jit_compile=True`), which drops assertions: compile it without XLA, "

@@ -1,6 +1,14 @@
 """Writing and reading the static key/value cache `[batch, 2, max_length, heads, dim]`."""
 
+import contextlib
+import threading
+
+import keras
 from keras import ops
+
+from keras_selfattn.compat import in_xla_context
+
+_WRITES = threading.local()
 
 
 def update_cache(cache, key, value, cache_update_index):
@@ -10,7 +18,8 @@ def update_cache(cache, key, value, cache_update_index):
     `slice_update` lowers to `XlaDynamicUpdateSlice`, an XLA op that a graph
     run without XLA (TensorFlow Serving) compiles on demand. Under XLA and
     JAX the scatter updates a loop-carried cache in place; a TensorFlow
-    graph without XLA copies the cache once per write either way.
+    graph without XLA copies the cache once per write, unless the write runs
+    inside `cache_writes_in_place()`.
 
     Args:
         cache: `[batch, 2, max_length, heads, dim]`, keys then values.
@@ -31,6 +40,8 @@ def update_cache(cache, key, value, cache_update_index):
     >>> np.asarray(updated)[0, :, :, 0, 0].tolist()
     [[0.0, 1.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0]]
     """
+    if _writes_in_place():
+        return _update_in_place(cache, key, value, cache_update_index)
     batch_size, length = ops.shape(key)[0], ops.shape(key)[1]
     grid = (batch_size, 2, length)
     batch_ids = ops.broadcast_to(ops.arange(batch_size, dtype="int32")[:, None, None], grid)
@@ -41,6 +52,61 @@ def update_cache(cache, key, value, cache_update_index):
     rows = ops.stack([key, value], axis=1)
     rows = ops.reshape(rows, (-1,) + tuple(cache.shape[3:]))
     return ops.scatter_update(cache, indices, ops.cast(rows, cache.dtype))
+
+
+@contextlib.contextmanager
+def cache_writes_in_place():
+    """Within it, `update_cache` on a TensorFlow graph without XLA writes
+    the new rows into the cache's own buffer (`InplaceUpdate`) rather than
+    into a copy of the whole cache.
+
+    Only for a loop that owns its caches: it enters this context while it
+    traces its step, over caches from `owned_caches`, and every read of a
+    cache comes after the write of its step (each step's input depends on
+    the previous step's output). Elsewhere (and on JAX, PyTorch or under
+    XLA) `update_cache` returns a new tensor and leaves its input as it was.
+    """
+    previous = getattr(_WRITES, "in_place", False)
+    _WRITES.in_place = True
+    try:
+        yield
+    finally:
+        _WRITES.in_place = previous
+
+
+def owned_caches(caches):
+    """`caches` (any nest of tensors) copied into buffers nothing else
+    holds, for `cache_writes_in_place`; as they are where writes are not
+    in place."""
+    if not _writes_in_place():
+        return caches
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda cache: tf.raw_ops.DeepCopy(x=cache), caches)
+
+
+def _writes_in_place():
+    if not getattr(_WRITES, "in_place", False) or keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return not tf.executing_eagerly() and not in_xla_context()
+
+
+def _update_in_place(cache, key, value, cache_update_index):
+    import tensorflow as tf
+
+    # Rows of the cache flattened to `[batch * 2 * max_length, heads * dim]`
+    # (a reshape shares the buffer): row `(b * 2 + half) * max_length + position`.
+    shape = tf.shape(cache)
+    max_length, row_width = shape[2], tf.reduce_prod(shape[3:])
+    batch_size, length = tf.shape(key)[0], tf.shape(key)[1]
+    positions = tf.range(length) + tf.cast(cache_update_index, "int32")
+    first_rows = (tf.range(batch_size)[:, None] * 2 + tf.range(2)[None, :]) * max_length
+    row_ids = tf.reshape(first_rows[:, :, None] + positions[None, None, :], [-1])
+    rows = tf.reshape(tf.cast(tf.stack([key, value], axis=1), cache.dtype), [-1, row_width])
+    flat = tf.raw_ops.InplaceUpdate(x=tf.reshape(cache, [-1, row_width]), i=row_ids, v=rows)
+    return tf.reshape(flat, shape)
 
 
 def read_cache(cache):
