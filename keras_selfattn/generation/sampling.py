@@ -188,7 +188,6 @@ def choose_tokens_by_row(logits, seeds, step, temperature, top_k, top_p):
     """
     greedy = ops.cast(ops.argmax(logits, axis=-1), "int32")
     sampled = temperature > 0
-    filtered = filter_logits_by_row(logits, ops.where(sampled, temperature, 1.0), top_k, top_p)
 
     def draw(row):
         row_logits, seed = row
@@ -197,10 +196,12 @@ def choose_tokens_by_row(logits, seeds, step, temperature, top_k, top_p):
         )
         return draw[0, 0]
 
-    # A request of greedy rows only draws nothing.
-    drawn = ops.cond(
-        ops.any(sampled), lambda: ops.map(draw, (filtered, ops.cast(seeds, "int32"))), lambda: greedy
-    )
+    def draw_rows():
+        filtered = filter_logits_by_row(logits, ops.where(sampled, temperature, 1.0), top_k, top_p)
+        return ops.map(draw, (filtered, ops.cast(seeds, "int32")))
+
+    # A request of greedy rows only filters and draws nothing.
+    drawn = ops.cond(ops.any(sampled), draw_rows, lambda: greedy)
     return ops.where(sampled, drawn, greedy)
 
 
