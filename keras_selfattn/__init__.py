@@ -6,6 +6,7 @@ from keras_selfattn.layers import (
     LocalAttention2D,
     LocalRelativeAttention1D,
     LocalRelativeAttention2D,
+    MemoryCompressedAttention,
     MultiHeadAttention,
     NoteStateEmbedding,
     PositionEmbedding,

@@ -4,6 +4,7 @@ from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
+from keras_selfattn.layers.memory_compressed_attention import MemoryCompressedAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.note_state_embedding import NoteStateEmbedding
 from keras_selfattn.layers.position_embedding import PositionEmbedding

@@ -46,6 +46,15 @@ from keras_selfattn.ops.masks import (
     padding_attention_mask,
     sequence_mask,
 )
+from keras_selfattn.ops.memory_compressed import (
+    compress_blocks,
+    compressed_memory,
+    compressed_padding_mask,
+    compressed_visibility,
+    memory_from_contributions,
+    num_compressed_keys,
+    position_contributions,
+)
 from keras_selfattn.ops.note_state import (
     last_note_events,
     note_id_ranges,
