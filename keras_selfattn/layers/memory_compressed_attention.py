@@ -39,7 +39,9 @@ class MemoryCompressedAttention(MultiHeadAttention):
     `compression_factor` and as many output as input features (weights
     `compression_kernel` `[factor, features, features]` and
     `compression_bias`), then the usual key and value projections. A last
-    partial block is zero-padded. Logits are `[query, key / factor]`.
+    partial block is zero-padded and kept (tensor2tensor's `valid`
+    convolution drops it), so that without the causal mask every position
+    reaches the memory. Logits are `[query, key / factor]`.
 
     The memory starts with one more entry: position 0 reduced on its own
     (the first block with its other positions zeroed). It is visible to
@@ -55,7 +57,10 @@ class MemoryCompressedAttention(MultiHeadAttention):
     - Padding: padded positions are zeroed before the reduction, so they
       reach no output; a block of padding only is masked, a partially padded
       block is kept (its real positions reduced, the padded ones as zeros),
-      and entry 0 is masked where position 0 is padding.
+      and entry 0 is masked where position 0 is padding. So with left
+      padding a real query that sees no complete block holding a real
+      position has nothing to attend to and, like any fully masked row,
+      outputs the projection of zeros.
 
     Causal attention decodes step by step with the static cache of
     `MultiHeadAttention`, `[batch, 2, max_length, num_heads, key_dim]`
@@ -272,7 +277,8 @@ class MemoryCompressedAttention(MultiHeadAttention):
             if tensor is not None and tensor is not call.query:
                 raise ValueError(
                     f"MemoryCompressedAttention is self-attention: `{name}` must be None "
-                    f"or `query` itself (keys and values are the compressed query). "
+                    f"or `query` itself (keys and values are the compressed query): "
+                    "call `layer(x)`. "
                     f"Received a separate `{name}` of shape {tuple(tensor.shape)}"
                 )
         if call.cache is None:

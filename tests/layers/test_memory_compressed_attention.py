@@ -166,8 +166,9 @@ def test_cached_steps_equal_the_full_causal_call():
 
 
 def test_compiled_cached_steps_of_several_positions_with_tensor_index():
-    """Steps of 3 positions (the last of 2) cross block ends; XLA on
-    TensorFlow and JAX, eager on PyTorch."""
+    """Steps of 3 positions (the last of 2) cross block ends, and the cache
+    is longer than the sequence (its blocks past the end stay hidden); XLA
+    on TensorFlow and JAX, eager on PyTorch."""
     layer = built_layer()
     x = inputs()
     full = numpy(layer(x, use_causal_mask=True))
@@ -179,7 +180,7 @@ def test_compiled_cached_steps_of_several_positions_with_tensor_index():
     looped = cached_loop(
         layer,
         x,
-        LENGTH,
+        LENGTH + FACTOR,
         steps=3,
         step_function=lambda x, cache, index: step(x, cache, ops.convert_to_tensor(index, "int32")),
     )
@@ -187,18 +188,16 @@ def test_compiled_cached_steps_of_several_positions_with_tensor_index():
 
 
 def test_cached_steps_with_left_padding_take_the_padding_as_attention_mask():
-    """The cache is longer than the sequence: its blocks past the end stay hidden."""
     layer = built_layer()
     padding = np.ones((BATCH, LENGTH), bool)
     padding[1, :6] = False
     x = query_rows(inputs(), padding)
     full = numpy(layer(x, query_mask=padding, value_mask=padding, use_causal_mask=True))
-    cached_padding = np.pad(padding, ((0, 0), (0, FACTOR)))
-    memory_padding = numpy(compressed_padding_mask(cached_padding, FACTOR)).astype(bool)[:, None]
+    memory_padding = numpy(compressed_padding_mask(padding, FACTOR)).astype(bool)[:, None]
     looped = cached_loop(
         layer,
         x,
-        LENGTH + FACTOR,
+        LENGTH,
         step_function=lambda x, cache, index: layer(
             x, cache=cache, cache_update_index=index, use_causal_mask=True,
             query_mask=padding[:, index : index + 1], attention_mask=memory_padding,
