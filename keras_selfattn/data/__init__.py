@@ -9,6 +9,9 @@
 - `keras_selfattn.data.programs`: Python functions as program graphs
   (tokens, syntax and data-flow edges) with injected variable-misuse bugs;
   the default is the running interpreter's own standard library.
+- `keras_selfattn.data.mixing`: several tasks' `tf.data` examples mixed into
+  one stream, a task token in each, at proportional or constant rates after
+  an optional warm-up (multitask training, tensor2tensor's multi-problems).
 
 Music and text keep their downloads and encodings in `cache.cache_folder(kind)`:
 `$KERAS_SELFATTN_DATA/<kind>`, else `~/.cache/keras_selfattn/<kind>`.

@@ -345,6 +345,33 @@ def test_translation_dataset_argument_errors(model_file):
         text.translation_dataset(FRENCH_ENGLISH, no_eos, 64, 32)
 
 
+
+@TF_ONLY
+def test_the_pipeline_stages_give_translation_datasets_batches(model_file):
+    tokenizer = text.tokenizer_from_file(model_file)
+    whole = text.translation_dataset(FRENCH_ENGLISH, tokenizer, 64, 16, shuffle=False)
+    examples = text.tokenized_pairs(FRENCH_ENGLISH, tokenizer, 16)
+    assert all(source[-1] == target[-1] == text.EOS_ID for source, target in examples.as_numpy_iterator())
+    staged = text.length_bucketed_batches(examples, 64, 16)
+    for (source, target, labels), (source_2, target_2, labels_2) in zip(_batches(whole), _batches(staged), strict=True):
+        assert (source == source_2).all() and (target == target_2).all() and (labels == labels_2).all()
+    with pytest.raises(ValueError, match="tokens_per_batch.*max_length"):
+        text.length_bucketed_batches(examples, 8, 16)
+    with pytest.raises(ValueError, match="add_eos=True"):
+        text.tokenized_pairs(FRENCH_ENGLISH, text.tokenizer_from_file(model_file, add_eos=False), 16)
+
+
+def test_user_defined_symbols_are_whole_pieces_after_the_special_ids(pairs_file, tmp_path):
+    pairs, _ = text.read_pairs_tsv(pairs_file)
+    sides = [side for pair in pairs for side in pair]
+    symbols = ["\u2581<2en>", "\u2581<2fr>"]
+    path = text.train_sentencepiece(sides, tmp_path / "spm", VOCAB_SIZE, user_defined_symbols=symbols)
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    assert [processor.piece_to_id(symbol) for symbol in symbols] == [3, 4]
+    # "<2en> " at a sentence's start encodes to the symbol's id, then the sentence as alone.
+    assert processor.encode("<2en> Où est la gare ?") == [3] + processor.encode("Où est la gare ?")
+
+
 def test_wmt14_rejects_unknown_config(tmp_path):
     with pytest.raises(ValueError, match="config.*de-en"):
         text.wmt14_pairs(tmp_path, config="en-de")

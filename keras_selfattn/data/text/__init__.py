@@ -26,7 +26,9 @@ that appends EOS, the tokenizer of the pipeline and of the exported
 Batches: `translation_dataset(pairs, tokenizer, tokens_per_batch, max_length)`
 tokenizes in the graph and batches by token count over tensor2tensor's length
 buckets, yielding `({"source_tokens", "target_tokens"}, labels)` with the
-decoder input shifted right behind the start token 0.
+decoder input shifted right behind the start token 0. Its two stages,
+`tokenized_pairs` and `length_bucketed_batches`, take tasks mixed in between
+(`keras_selfattn.data.mixing.mix_tasks`, e.g. both directions of the pairs).
 
 A recipe's data, in outline:
 
@@ -57,7 +59,13 @@ from keras_selfattn.data.text.ding import (
     parse_ding_lines,
 )
 from keras_selfattn.data.text.pairs import WMT14_CONFIGS, read_pairs_tsv, split_pairs, wmt14_pairs
-from keras_selfattn.data.text.pipeline import bucket_batch_sizes, bucket_boundaries, translation_dataset
+from keras_selfattn.data.text.pipeline import (
+    bucket_batch_sizes,
+    bucket_boundaries,
+    length_bucketed_batches,
+    tokenized_pairs,
+    translation_dataset,
+)
 from keras_selfattn.data.text.tokenizer import (
     EOS_ID,
     PAD_ID,
@@ -81,9 +89,11 @@ __all__ = [
     "ding_pairs",
     "fetch_ding_dictionary",
     "is_natural_sentence",
+    "length_bucketed_batches",
     "parse_ding_lines",
     "read_pairs_tsv",
     "split_pairs",
+    "tokenized_pairs",
     "tokenizer_from_file",
     "train_sentencepiece",
     "translation_dataset",

@@ -46,12 +46,17 @@ def _check_pairs(pairs):
     return pairs
 
 
-def _tokenized_pairs(pairs, tokenizer, max_length):
-    """`(source_ids, target_ids)` int32 vectors ending in EOS; pairs with a
-    side longer than `max_length` ids are left out."""
+def tokenized_pairs(pairs, tokenizer, max_length):
+    """A `tf.data.Dataset` of `(source_ids, target_ids)`, int32 vectors ending
+    in EOS, tokenized in the graph; pairs with a side longer than
+    `max_length` ids are left out. The unbatched stage of
+    `translation_dataset`, for mixing tasks (`keras_selfattn.data.mixing`)
+    before `length_bucketed_batches`."""
     import tensorflow as tf
 
-    sources, targets = zip(*pairs)
+    _check_positive_int("max_length", max_length)
+    sources, targets = zip(*_check_pairs(pairs))
+    tokenizer = _checked_tokenizer(tokenizer)
     dataset = tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
     dataset = dataset.map(
         lambda source, target: (tokenizer.tokenize(source), tokenizer.tokenize(target)),
@@ -60,6 +65,44 @@ def _tokenized_pairs(pairs, tokenizer, max_length):
     return dataset.filter(
         lambda source, target: tf.logical_and(tf.size(source) <= max_length, tf.size(target) <= max_length)
     )
+
+
+def _checked_tokenizer(tokenizer):
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = tokenizer_from_file(tokenizer)
+    if not getattr(tokenizer, "add_eos", False):
+        raise ValueError(
+            f"`tokenizer` must append EOS ({EOS_ID}), as the models are trained: a "
+            "`tensorflow_text.SentencepieceTokenizer(..., add_eos=True)` (see `tokenizer_from_file`)"
+        )
+    return tokenizer
+
+
+def length_bucketed_batches(examples, tokens_per_batch, max_length):
+    """`({"source_tokens", "target_tokens"}, labels)` batches of `(source_ids,
+    target_ids)` examples of at most `max_length` ids a side, grouped by
+    length into tensor2tensor's buckets (see `translation_dataset`)."""
+    import tensorflow as tf
+
+    _check_batch_sizes(tokens_per_batch, max_length)
+    boundaries = bucket_boundaries(max_length)
+    batches = examples.bucket_by_sequence_length(
+        lambda source, target: tf.maximum(tf.size(source), tf.size(target)),
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=bucket_batch_sizes(boundaries, max_length, tokens_per_batch),
+        padding_values=(tf.constant(PAD_ID, tf.int32), tf.constant(PAD_ID, tf.int32)),
+    )
+    return batches.map(_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def _check_batch_sizes(tokens_per_batch, max_length):
+    _check_positive_int("tokens_per_batch", tokens_per_batch)
+    _check_positive_int("max_length", max_length)
+    if tokens_per_batch < max_length:
+        raise ValueError(
+            f"`tokens_per_batch` must be >= `max_length` so that a batch holds one pair of the longest "
+            f"length. Received: tokens_per_batch={tokens_per_batch}, max_length={max_length}"
+        )
 
 
 def _model_inputs(source, target):
@@ -108,31 +151,9 @@ def translation_dataset(pairs, tokenizer, tokens_per_batch, max_length, shuffle=
         ValueError: bad sizes (named), an empty `pairs`, or a tokenizer
             without `add_eos=True`.
     """
-    import tensorflow as tf
-
-    _check_positive_int("tokens_per_batch", tokens_per_batch)
-    _check_positive_int("max_length", max_length)
-    if tokens_per_batch < max_length:
-        raise ValueError(
-            f"`tokens_per_batch` must be >= `max_length` so that a batch holds one pair of the longest "
-            f"length. Received: tokens_per_batch={tokens_per_batch}, max_length={max_length}"
-        )
+    _check_batch_sizes(tokens_per_batch, max_length)
     pairs = _check_pairs(pairs)
-    if isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = tokenizer_from_file(tokenizer)
-    if not getattr(tokenizer, "add_eos", False):
-        raise ValueError(
-            f"`tokenizer` must append EOS ({EOS_ID}), as the models are trained: a "
-            "`tensorflow_text.SentencepieceTokenizer(..., add_eos=True)` (see `tokenizer_from_file`)"
-        )
-    dataset = _tokenized_pairs(pairs, tokenizer, max_length).cache()
+    dataset = tokenized_pairs(pairs, _checked_tokenizer(tokenizer), max_length).cache()
     if shuffle:
         dataset = dataset.shuffle(len(pairs), seed=seed, reshuffle_each_iteration=True)
-    boundaries = bucket_boundaries(max_length)
-    dataset = dataset.bucket_by_sequence_length(
-        lambda source, target: tf.maximum(tf.size(source), tf.size(target)),
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=bucket_batch_sizes(boundaries, max_length, tokens_per_batch),
-        padding_values=(tf.constant(PAD_ID, tf.int32), tf.constant(PAD_ID, tf.int32)),
-    )
-    return dataset.map(_model_inputs, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return length_bucketed_batches(dataset, tokens_per_batch, max_length)

@@ -39,7 +39,7 @@ def _vocabulary_size_error(vocabulary_size, error):
 
 
 def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="unigram",
-                        max_sentences=MAX_TRAINING_SENTENCES, seed=0):
+                        max_sentences=MAX_TRAINING_SENTENCES, seed=0, user_defined_symbols=()):
     """Trains one joint SentencePiece vocabulary on `texts` and saves it.
 
     Ids: `PAD_ID = 0` (`<pad>`), `EOS_ID = 1` (`</s>`), `UNK_ID = 2`
@@ -58,6 +58,10 @@ def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="uni
         max_sentences: at most this many sentences, sampled, train the
             model (`input_sentence_size`), so WMT-sized text fits in memory.
         seed: the sampling seed.
+        user_defined_symbols: pieces always kept whole, with the ids after
+            `UNK_ID` in this order (e.g. task tokens; a piece `"\u2581<2en>"`
+            is what the text `"<2en> "` at a sentence's start encodes to, so
+            that `"<2en> " + text` encodes as that id followed by `text`'s).
 
     Returns:
         The `Path` of the `.model` file.
@@ -79,12 +83,13 @@ def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="uni
     prefix = _model_prefix(model_prefix)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     sentencepiece.set_random_generator_seed(seed)
+    symbols = {"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}
     try:
         sentencepiece.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocabulary_size,
             model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
-            num_threads=max(1, min(16, os.cpu_count() or 1)), minloglevel=2,
+            num_threads=max(1, min(16, os.cpu_count() or 1)), minloglevel=2, **symbols,
         )
     except RuntimeError as error:
         clear = _vocabulary_size_error(vocabulary_size, error)
