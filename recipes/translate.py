@@ -9,7 +9,16 @@ into `--data_dir`); `--pairs_tsv FILE` for any language pair (one
 papers' WMT14 through tensorflow-datasets, prepared beforehand in
 `--tfds_dir` (held out: newstest2014). Ding and TSV pairs are split with
 `--held_out_fraction` of the distinct sources held out. `--direction`
-chooses which side is the source. One joint SentencePiece vocabulary is
+chooses which side is the source. `--tasks both_directions` trains one
+model on both directions of the pairs, mixed with
+`keras_selfattn.data.mixing.mix_tasks` in proportion to their pairs, each
+source led by its direction's token (Johnson et al. 2017's target-language
+token): the text `<forward> ` or `<reverse> ` before a sentence, one
+SentencePiece piece, also what the exported `translate` signature's
+sources must start with. `--low_resource_fraction F` keeps only a fraction
+of the `--direction` direction's training pairs (the other direction keeps
+them all), to see whether the other direction's data helps a low-resource
+one. One joint SentencePiece vocabulary is
 trained on the training pairs' two sides and saved beside the model; the
 model shares one matrix between the source embedding, the target embedding
 and the output projection (Vaswani et al. 3.4). Batches hold at most
@@ -63,6 +72,23 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 DIRECTIONS = ("forward", "reverse")
 VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
 DEFAULT_VOCAB_SIZE = 8000
+TASKS = ("one", "both_directions")
+
+
+def direction_prefix(direction):
+    """The text before a source that asks for `direction` (with `--tasks
+    both_directions`): its direction token, then a space."""
+    return f"<{direction}> "
+
+
+def direction_piece(direction):
+    """The SentencePiece piece that `direction_prefix` encodes to at a
+    sentence's start (the word-boundary mark, then the token)."""
+    return "\u2581" + direction_prefix(direction).strip()
+
+
+def other_direction(direction):
+    return DIRECTIONS[1 - DIRECTIONS.index(direction)]
 
 
 def build_parser():
@@ -103,6 +129,22 @@ def _add_data_flags(parser):
         choices=DIRECTIONS,
         help="forward: the first side is the source (Ding: German to English; a TSV's first "
         "column; WMT14 de-en: German); reverse: the second side is the source",
+    )
+    data.add_argument(
+        "--tasks",
+        default="one",
+        choices=TASKS,
+        help="one: train on the --direction direction only; both_directions: one model trained on "
+        "both directions of the pairs, mixed in proportion to their training pairs, each source led "
+        "by its direction token (the text '<forward> ' or '<reverse> ', which sources sent to the "
+        "exported model must start with too); the report adds each direction's held-out scores",
+    )
+    data.add_argument(
+        "--low_resource_fraction",
+        type=harness.probability,
+        default=1.0,
+        help="keep only this fraction of the --direction direction's training pairs (chosen with "
+        "--seed); with --tasks both_directions the other direction keeps all of them",
     )
     data.add_argument(
         "--held_out_fraction",
@@ -309,10 +351,39 @@ def _directed(pairs, direction):
     return list(pairs) if direction == "forward" else [(target, source) for source, target in pairs]
 
 
+def low_resource_pairs(pairs, fraction, seed):
+    """`round(fraction * len(pairs))` (at least 1) of `pairs`, chosen with
+    `seed`, in their order; all of them at `fraction` 1."""
+    if fraction >= 1:
+        return list(pairs)
+    count = max(1, int(round(fraction * len(pairs))))
+    kept = set(np.random.default_rng(seed).permutation(len(pairs))[:count].tolist())
+    return [pair for index, pair in enumerate(pairs) if index in kept]
+
+
+def training_tasks(args, train):
+    """`{direction: (source, target) pairs}` trained on: the `--direction`
+    direction's pairs (cut to `--low_resource_fraction`) and, with `--tasks
+    both_directions`, all of `train` turned around for the other direction."""
+    tasks = {args.direction: low_resource_pairs(train, args.low_resource_fraction, args.seed)}
+    if args.tasks == "both_directions":
+        tasks[other_direction(args.direction)] = _directed(train, "reverse")
+    return tasks
+
+
+def held_out_tasks(args, held_out):
+    """The held-out pairs in each trained direction: `{direction: pairs}`."""
+    tasks = {args.direction: list(held_out)}
+    if args.tasks == "both_directions":
+        tasks[other_direction(args.direction)] = _directed(held_out, "reverse")
+    return tasks
+
+
 def sentencepiece_file(args, run, text, train):
     """The joint vocabulary's `.model` file in the model folder, trained on
-    the training pairs' two sides unless a resumed run left one there
-    (`--evaluate_only` needs the trained model's)."""
+    the training pairs' two sides (with `--tasks both_directions`, and the
+    direction tokens as pieces of their own) unless a resumed run left one
+    there (`--evaluate_only` needs the trained model's)."""
     path = run.path(SENTENCEPIECE_FILE)
     if path.is_file():
         run.log(f"reusing the SentencePiece vocabulary {path}")
@@ -323,7 +394,34 @@ def sentencepiece_file(args, run, text, train):
         )
     else:
         train_vocabulary(args, run, text, train, path)
+    if args.tasks == "both_directions":
+        check_direction_pieces(path)
     return run.wrote("SentencePiece vocabulary", path)
+
+
+def vocabulary_symbols(args):
+    """The pieces the vocabulary keeps whole: the direction tokens with
+    `--tasks both_directions`."""
+    return [direction_piece(direction) for direction in DIRECTIONS] if args.tasks == "both_directions" else []
+
+
+def check_direction_pieces(path):
+    """A `UsageError` when a reused vocabulary lacks the direction tokens
+    (it was trained for `--tasks one`)."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    missing = [d for d in DIRECTIONS if processor.piece_to_id(direction_piece(d)) == processor.unk_id()]
+    if missing:
+        raise harness.UsageError(
+            f"--tasks both_directions needs the direction tokens in the vocabulary, but {path} (from an earlier "
+            f"--tasks one run) has none for {missing}: use a new --model_dir"
+        )
+
+
+def direction_token_ids(processor):
+    """`{direction: id}` of the direction tokens in the vocabulary."""
+    return {direction: processor.piece_to_id(direction_piece(direction)) for direction in DIRECTIONS}
 
 
 # SentencePiece's limit in `train_sentencepiece`'s error for a vocabulary
@@ -338,7 +436,7 @@ def train_vocabulary(args, run, text, train, path):
     size = args.vocabulary_size or DEFAULT_VOCAB_SIZE
     run.log(f"training a joint SentencePiece vocabulary of {size} pieces on {len(train):,} pairs ...")
     try:
-        text.train_sentencepiece(sides, path, size, seed=args.seed)
+        text.train_sentencepiece(sides, path, size, seed=args.seed, user_defined_symbols=vocabulary_symbols(args))
         return
     except ValueError as error:
         supported = _SUPPORTED_PIECES.search(str(error))
@@ -347,7 +445,7 @@ def train_vocabulary(args, run, text, train, path):
     size = int(supported.group(1))
     run.log(f"the training text supports at most {size} pieces: --vocabulary_size default {size}")
     try:
-        text.train_sentencepiece(sides, path, size, seed=args.seed)
+        text.train_sentencepiece(sides, path, size, seed=args.seed, user_defined_symbols=vocabulary_symbols(args))
     except ValueError as error:
         raise harness.UsageError(str(error)) from None
 
@@ -403,10 +501,11 @@ def model_setting(args, name):
 # ------------------------------------------------------------- evaluation
 
 
-def evaluate(args, run, translator, held_out):
+def evaluate(args, run, translator, held_out, prefix=""):
     """Scores greedy, beam and copy-the-source translations of the held-out
     pairs (at most `--eval_examples`, one reference each; a source held out
-    with several targets is translated once).
+    with several targets is translated once), each source translated with
+    `prefix` before it (a direction token).
 
     Returns:
         `(report, scored pairs, {"greedy" | "beam": {source: (text, ids)}})`.
@@ -418,7 +517,7 @@ def evaluate(args, run, translator, held_out):
     translations, report = {}, {"pairs": len(pairs), "distinct_sources": len(sources)}
     for name, beam_size in decodings.items():
         run.log(f"translating {len(sources):,} held-out sources, {name} (beam {beam_size}) ...")
-        texts, tokens = translator.translate(sources, beam_size)
+        texts, tokens = translator.translate([prefix + source for source in sources], beam_size)
         translations[name] = dict(zip(sources, zip(texts, tokens)))
     hypotheses = {
         name: [translations[name][source][0] for source, _ in pairs] for name in decodings
@@ -477,13 +576,14 @@ def cross_attention(model, source_ids, target_ids, block_index=-1):
     return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
 
 
-def attention_figure(run, model, translator, samples):
+def attention_figure(run, model, translator, samples, prefix=""):
     """attention.png for the first sample of 4 to 20 source pieces (else the
-    first): its beam translation's attention over its source."""
+    first): its beam translation's attention over its source (after
+    `prefix`, a direction token)."""
     processor = translator.sentencepiece
-    fitting = [s for s in samples if 4 <= len(translator.source_ids(s["source"])) <= 20]
+    fitting = [s for s in samples if 4 <= len(translator.source_ids(prefix + s["source"])) <= 20]
     sample = (fitting or samples)[0]
-    source_ids = translator.source_ids(sample["source"])
+    source_ids = translator.source_ids(prefix + sample["source"])
     target_ids = processor.encode(sample["beam"]) + [processor.eos_id()]
     # Query i predicts target piece i: its row is labelled with that piece.
     weights = cross_attention(model, source_ids, target_ids)[:, : len(target_ids)]
@@ -509,24 +609,29 @@ def main(argv=None, callbacks=()):
 
     from keras_selfattn.data import text
 
-    train, held_out, data_facts = load_pairs(args, run, text)
+    all_train, held_out, data_facts = load_pairs(args, run, text)
+    tasks = training_tasks(args, all_train)
+    train = tasks[args.direction]
     run.log(f"{len(train):,} training pairs, {len(held_out):,} held-out pairs ({args.direction})")
-    vocabulary = sentencepiece_file(args, run, text, train)
+    if args.tasks == "both_directions":
+        run.log(f"and {len(all_train):,} training pairs the other way: both directions mixed, a token each")
+    vocabulary = sentencepiece_file(args, run, text, all_train if args.tasks == "both_directions" else train)
     processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary))
 
     def train_model():
-        return train_translation(args, run, text, processor, vocabulary, train, held_out, callbacks)
+        return train_translation(args, run, text, processor, vocabulary, tasks, held_out, callbacks)
 
     model, history = run.trained_or_saved(NAME, train_model)
     with run.evaluation(NAME):
         translator = Translator(
             model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
         )
-        evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out)
+        prefix = direction_prefix(args.direction) if args.tasks == "both_directions" else ""
+        evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out, prefix)
         samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
         print_samples(run, samples[: args.samples])
         write_translations(run, scored_pairs, translations)
-        _, attention_source = attention_figure(run, model, translator, samples)
+        _, attention_source = attention_figure(run, model, translator, samples, prefix)
         run.export(
             model, NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
             max_length=args.max_length,
@@ -545,9 +650,11 @@ def main(argv=None, callbacks=()):
                 "direction": args.direction,
                 "train_pairs": len(train),
                 "held_out_pairs": len(held_out),
+                **task_facts(args, tasks),
             },
             "training": history,
             "held_out": evaluation,
+            **directions_report(args, run, translator, held_out, evaluation),
             "samples": samples[: args.samples],
             "attention_sentence": attention_source,
         }
@@ -556,17 +663,49 @@ def main(argv=None, callbacks=()):
     return report
 
 
-def train_translation(args, run, text, processor, vocabulary, train, held_out, callbacks):
+def task_facts(args, tasks):
+    """What the report says about `--tasks` and `--low_resource_fraction`
+    (nothing at their defaults)."""
+    facts = {}
+    if args.low_resource_fraction < 1:
+        facts["low_resource_fraction"] = args.low_resource_fraction
+    if args.tasks != "one":
+        facts["tasks"] = args.tasks
+        facts["train_pairs_by_direction"] = {direction: len(pairs) for direction, pairs in tasks.items()}
+        facts["direction_prefixes"] = {direction: direction_prefix(direction) for direction in tasks}
+    return facts
+
+
+def directions_report(args, run, translator, held_out, evaluation):
+    """With `--tasks both_directions`: `{"held_out_by_direction": {direction:
+    scores}}`, the `--direction` scores already in `evaluation` and the other
+    direction's scored here; nothing otherwise."""
+    if args.tasks != "both_directions":
+        return {}
+    other = other_direction(args.direction)
+    run.log(f"the other direction, {other}:")
+    reverse, _, _ = evaluate(args, run, translator, _directed(held_out, "reverse"), direction_prefix(other))
+    return {"held_out_by_direction": {args.direction: evaluation["scores"], other: reverse["scores"]}}
+
+
+def train_translation(args, run, text, processor, vocabulary, tasks, held_out, callbacks):
     """Builds and fits the model, validated on up to `VALIDATION_PAIRS`
-    held-out pairs; returns `(model, History)`."""
+    held-out pairs (in each direction trained); returns `(model, History)`."""
+    train = tasks[args.direction]
     check_some_pair_fits(args, processor, train)
     tokenizer = text.tokenizer_from_file(vocabulary)
-    dataset = text.translation_dataset(
-        train, tokenizer, args.tokens_per_batch, args.max_length, shuffle=True, seed=args.seed
-    ).repeat()
-    validation = counted(text.translation_dataset(
-        spread(held_out, VALIDATION_PAIRS), tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
-    ))
+    if args.tasks == "both_directions":
+        dataset = direction_batches(args, text, processor, tokenizer, tasks, training=True)
+        validation = counted(direction_batches(
+            args, text, processor, tokenizer, held_out_tasks(args, spread(held_out, VALIDATION_PAIRS)), training=False
+        ))
+    else:
+        dataset = text.translation_dataset(
+            train, tokenizer, args.tokens_per_batch, args.max_length, shuffle=True, seed=args.seed
+        ).repeat()
+        validation = counted(text.translation_dataset(
+            spread(held_out, VALIDATION_PAIRS), tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
+        ))
     validated = f"{int(validation.cardinality())} batches of held-out pairs validate training"
     if not validation.cardinality():
         validation, validated = None, f"no held-out pair fits --max_length {args.max_length}: no validation"
@@ -578,6 +717,29 @@ def train_translation(args, run, text, processor, vocabulary, train, held_out, c
         f"{args.tokens_per_batch} tokens a side; {validated}"
     )
     return model, run.fit(model, dataset, validation_data=validation, callbacks=callbacks)
+
+
+def direction_batches(args, text, processor, tokenizer, tasks, training):
+    """Token-count batches of the `{direction: pairs}` tasks mixed in
+    proportion to their pairs, each source led by its direction token;
+    shuffled and repeated for `training`, one pass otherwise. Pairs whose
+    source, token included, is longer than `--max_length` are left out."""
+    import tensorflow as tf
+
+    from keras_selfattn.data.mixing import mix_tasks
+
+    datasets = {}
+    for direction, pairs in tasks.items():
+        dataset = text.tokenized_pairs(pairs, tokenizer, args.max_length).cache()
+        if training:
+            dataset = dataset.shuffle(len(pairs), seed=args.seed, reshuffle_each_iteration=True).repeat()
+        datasets[direction] = dataset
+    mixed = mix_tasks(
+        datasets, task_token_ids={d: direction_token_ids(processor)[d] for d in tasks},
+        sizes={direction: len(pairs) for direction, pairs in tasks.items()}, seed=args.seed,
+    )
+    mixed = mixed.filter(lambda source, target: tf.size(source) <= args.max_length)
+    return text.length_bucketed_batches(mixed, args.tokens_per_batch, args.max_length)
 
 
 def check_some_pair_fits(args, processor, train):

@@ -205,3 +205,57 @@ def test_training_pairs_longer_than_max_length_name_the_flag(pairs_tsv, tmp_path
     argv = ["--pairs_tsv", str(pairs_tsv), "--model_dir", str(tmp_path), "--max_length", "3", "--verbose", "0"]
     with pytest.raises(translate.harness.UsageError, match="--max_length 3: no training pair fits"):
         translate.main(argv)
+
+
+@pytest.fixture(scope="module")
+def both_directions_run(pairs_tsv, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("both")
+    argv = [
+        "--pairs_tsv", str(pairs_tsv), "--direction", "reverse", "--tasks", "both_directions",
+        "--low_resource_fraction", "0.5", "--model_dir", str(model_dir), *TINY, "--eval_examples", "4",
+    ]
+    report, printed = _main(argv)
+    return model_dir, report, printed
+
+
+def test_both_directions_report_each_directions_held_out_scores(both_directions_run):
+    _, report, printed = both_directions_run
+    data = report["data"]
+    assert data["tasks"] == "both_directions" and data["low_resource_fraction"] == 0.5
+    # --direction reverse (French to English) keeps half its 58 training pairs; forward keeps them all.
+    assert data["train_pairs_by_direction"] == {"reverse": 29, "forward": 58} and data["train_pairs"] == 29
+    assert data["direction_prefixes"] == {"reverse": "<reverse> ", "forward": "<forward> "}
+    by_direction = report["held_out_by_direction"]
+    assert by_direction["reverse"] == report["held_out"]["scores"]
+    assert set(by_direction["forward"]) == {"greedy", "beam", "copy_source"}
+    for scores in by_direction.values():
+        assert 0 <= scores["beam"]["bleu"] <= 100 and "nrefs:1" in scores["beam"]["bleu_signature"]
+    english = {english for english, _ in _pairs()}
+    assert all(sample["reference"] in english for sample in report["samples"])
+    assert "the other direction, forward:" in printed
+
+
+def test_both_directions_trains_on_direction_tokens_of_the_vocabulary(both_directions_run):
+    import sentencepiece
+
+    model_dir, report, _ = both_directions_run
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / translate.SENTENCEPIECE_FILE))
+    tokens = translate.direction_token_ids(processor)
+    assert sorted(tokens.values()) == [3, 4]  # the first ids after padding, end and unknown
+    # The prefix a client writes encodes to the token, then the sentence as it encodes alone.
+    for direction, token in tokens.items():
+        sentence = "Le chat noir est petit."
+        assert processor.encode(translate.direction_prefix(direction) + sentence) == [token] + processor.encode(sentence)
+    assert report["model"]["vocabulary_size"] == processor.get_piece_size()
+
+
+def test_training_tasks_cut_one_direction_and_turn_the_pairs_around():
+    pairs = [(f"s{index}", f"t{index}") for index in range(10)]
+    args = translate.parse_args(["--model_dir", "m", "--low_resource_fraction", "0.3", "--seed", "2"])
+    (direction, kept), = translate.training_tasks(args, pairs).items()
+    assert direction == "forward" and len(kept) == 3 and kept == sorted(kept, key=pairs.index)
+    assert kept == translate.training_tasks(args, pairs)["forward"]
+    args = translate.parse_args(["--model_dir", "m", "--tasks", "both_directions", "--direction", "reverse"])
+    tasks = translate.training_tasks(args, pairs)
+    assert tasks == {"reverse": pairs, "forward": [(target, source) for source, target in pairs]}
+    assert translate.training_tasks(translate.parse_args(["--model_dir", "m"]), pairs) == {"forward": pairs}
