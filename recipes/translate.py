@@ -734,8 +734,9 @@ def direction_batches(args, text, processor, tokenizer, tasks, training):
         if training:
             dataset = dataset.shuffle(len(pairs), seed=args.seed, reshuffle_each_iteration=True).repeat()
         datasets[direction] = dataset
+    tokens = direction_token_ids(processor)
     mixed = mix_tasks(
-        datasets, task_token_ids={d: direction_token_ids(processor)[d] for d in tasks},
+        datasets, task_token_ids={direction: tokens[direction] for direction in tasks},
         sizes={direction: len(pairs) for direction, pairs in tasks.items()}, seed=args.seed,
     )
     mixed = mixed.filter(lambda source, target: tf.size(source) <= args.max_length)

@@ -259,3 +259,30 @@ def test_training_tasks_cut_one_direction_and_turn_the_pairs_around():
     tasks = translate.training_tasks(args, pairs)
     assert tasks == {"reverse": pairs, "forward": [(target, source) for source, target in pairs]}
     assert translate.training_tasks(translate.parse_args(["--model_dir", "m"]), pairs) == {"forward": pairs}
+
+
+def test_both_directions_batches_lead_each_source_with_its_direction_token(both_directions_run):
+    import sentencepiece
+
+    from keras_selfattn.data import text
+
+    model_dir, _, _ = both_directions_run
+    vocabulary = model_dir / translate.SENTENCEPIECE_FILE
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary))
+    args = translate.parse_args(["--model_dir", "m", "--direction", "reverse", "--tasks", "both_directions", *TINY])
+    french_english = [(french, english) for english, french in _pairs()]
+    tasks = translate.training_tasks(args, french_english)
+    batches = translate.direction_batches(
+        args, text, processor, text.tokenizer_from_file(vocabulary), tasks, training=False
+    )
+    tokens = translate.direction_token_ids(processor)
+    sources = {"reverse": [], "forward": []}
+    for inputs, _ in batches:
+        for row in inputs["source_tokens"].numpy().tolist():
+            direction = {token: name for name, token in tokens.items()}[row[0]]
+            sources[direction].append(processor.decode([i for i in row[1:] if i not in (0, 1)]))
+    for direction, pairs in tasks.items():
+        # The token, the source's pieces and the end within --max_length 24; the target's pieces and end too.
+        fitting = [s for s, t in pairs if len(processor.encode(s)) + 2 <= 24 and len(processor.encode(t)) + 1 <= 24]
+        assert len(fitting) > 10
+        assert sorted(sources[direction]) == sorted(fitting)
