@@ -11,8 +11,8 @@ STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
 
 .PHONY: install demo test test-tensorflow test-other-backends test-tensorflow-but-export \
-	test-tensorflow-models test-tensorflow-rest test-tensorflow-export test-jax test-torch \
-	test-fast benchmark clean
+	test-tensorflow-models test-tensorflow-layers test-tensorflow-rest test-tensorflow-export \
+	test-jax test-torch test-fast benchmark clean
 
 install: $(VENV)/.installed
 
@@ -27,12 +27,14 @@ demo: install
 
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
-# five runs two at a time, each starting when a core frees up, longest first: JAX and
-# TensorFlow's models, recipes and training, then the rest of TensorFlow but its export
-# tests, then those, then PyTorch. Each output line is printed whole.
+# six runs two at a time, each starting when a core frees up, in an order that ends
+# both cores together: JAX and TensorFlow's models, recipes and training first, then
+# TensorFlow's layers and ops, the rest of TensorFlow but its export tests, PyTorch,
+# and TensorFlow's export tests. Each output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line \
-		test-jax test-tensorflow-models test-tensorflow-rest test-tensorflow-export test-torch
+		test-jax test-tensorflow-models test-tensorflow-layers test-tensorflow-rest test-torch \
+		test-tensorflow-export
 
 # Every test on one backend at a time.
 test-tensorflow: install
@@ -40,16 +42,20 @@ test-tensorflow: install
 
 test-other-backends: test-jax test-torch
 
-test-tensorflow-but-export: test-tensorflow-models test-tensorflow-rest
+test-tensorflow-but-export: test-tensorflow-models test-tensorflow-layers test-tensorflow-rest
 
 TENSORFLOW_MODEL_TESTS := tests/models tests/recipes tests/training
+TENSORFLOW_LAYER_TESTS := tests/layers tests/ops
 
 test-tensorflow-models: install
 	@$(call timed,tensorflow (models recipes training),$(PYTEST) $(TENSORFLOW_MODEL_TESTS))
 
+test-tensorflow-layers: install
+	@$(call timed,tensorflow (layers ops),$(PYTEST) $(TENSORFLOW_LAYER_TESTS))
+
 test-tensorflow-rest: install
 	@$(call timed,tensorflow (the rest but tests/export),$(PYTEST) tests --ignore=tests/export \
-		$(addprefix --ignore=,$(TENSORFLOW_MODEL_TESTS)))
+		$(addprefix --ignore=,$(TENSORFLOW_MODEL_TESTS) $(TENSORFLOW_LAYER_TESTS)))
 
 test-tensorflow-export: install
 	@$(call timed,tensorflow (tests/export),$(PYTEST) tests/export)
