@@ -5,7 +5,6 @@ front end, masks, caches and output specs."""
 import keras
 from keras import ops
 
-from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.layers.argument_checks import check_positive_int, renamed_argument
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -145,12 +144,7 @@ class LocalAttentionBase(MultiHeadAttention):
                 training=training,
                 return_scores=return_scores,
             )
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = self.output_dense(output)
-        output = ops.reshape(output, [-1] + list(ops.shape(query)[1:-1]) + list(output.shape[2:]))
-        if query_mask is not None:
-            set_keras_mask(output, query_mask)
+        output = self._output(output, gate, query_mask, grid=query)
         return _results(output, scores, cache)
 
     def _self_attention_inputs(self, call):

@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.layers.argument_checks import check_positive_int
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.ops.blocking_1d import (
@@ -161,12 +160,7 @@ class LocalRelativeAttention1D(RelativeMultiHeadAttention):
             key_mask=key_mask,
             training=call.training,
         )
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = self.output_dense(output)
-        if query_mask is not None:
-            set_keras_mask(output, query_mask)
-        return output
+        return self._output(output, gate, query_mask)
 
     def _local_attention(self, query, key, value, query_mask, key_mask, training):
         """Projected `[batch, L, heads, dim]` tensors -> `[batch, L, heads, value_dim]`."""

@@ -224,11 +224,7 @@ class MemoryCompressedAttention(MultiHeadAttention):
             return_attention_scores=call.return_attention_scores,
             flash_attention=self.flash_attention,
         )
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = self.output_dense(output)
-        if query_mask is not None:
-            set_keras_mask(output, query_mask)
+        output = self._output(output, gate, query_mask)
         return _results(output, scores if call.return_attention_scores else None, cache)
 
     def _memory(self, x, key_mask):

@@ -294,11 +294,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 attention_mask=mask, attention_bias=attention_bias, use_causal_mask=use_causal_mask
             ),
         )
-        if gate is not None:
-            output = ops.multiply(output, gate)
-        output = self.output_dense(output)
-        if query_mask is not None:
-            set_keras_mask(output, query_mask)
+        output = self._output(output, gate, query_mask)
 
         results = (output,)
         if call.return_attention_scores:
@@ -461,6 +457,20 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         )
         distance = query_positions[:, None] - ops.arange(key_length, dtype="int32")[None, :]
         return ops.less(ops.abs(distance), self.sliding_window)
+
+    def _output(self, attended, gate, query_mask, grid=None):
+        """The heads' attended values `[batch, length, heads, value_dim]`
+        gated (`use_gate`) and projected by `output_dense`, reshaped to the
+        positions of `grid` (a `[batch, ..., features]` query) if given,
+        carrying the query's padding mask as its Keras mask."""
+        if gate is not None:
+            attended = ops.multiply(attended, gate)
+        output = self.output_dense(attended)
+        if grid is not None:
+            output = ops.reshape(output, [-1] + list(ops.shape(grid)[1:-1]) + list(output.shape[2:]))
+        if query_mask is not None:
+            set_keras_mask(output, query_mask)
+        return output
 
     def _read_and_update_cache(self, cache, key, value, cache_update_index):
         if cache_update_index is not None:
