@@ -81,7 +81,15 @@ def build_parser():
         "--sequence_length",
         type=harness.positive_int,
         default=256,
-        help="events per training crop (the paper: 2048); evaluation also runs at 2x and 4x it",
+        help="events per training crop (the paper: 2048); evaluation runs at --evaluation_factors multiples of it",
+    )
+    data.add_argument(
+        "--evaluation_factors",
+        type=harness.positive_int,
+        nargs="+",
+        default=list(EVALUATION_FACTORS),
+        help="held-out NLL per event is measured at these multiples of --sequence_length "
+        "(e.g. 1 2 4 8: past the training length, where absolute positions fail)",
     )
     data.add_argument(
         "--augmentations",
@@ -309,9 +317,10 @@ def nll_per_event(model, chunks, batch_size):
 
 
 def evaluate(args, run, model, music_data, held_out):
-    """NLL per event on held-out chunks at 1x, 2x and 4x the training length."""
+    """NLL per event on held-out chunks at each `--evaluation_factors`
+    multiple of the training length (1x, 2x and 4x by default)."""
     report = {}
-    for factor in EVALUATION_FACTORS:
+    for factor in args.evaluation_factors:
         length = factor * args.sequence_length
         chunks = held_out_chunks(music_data, held_out, length, args.eval_examples)
         if len(chunks) == 0:
