@@ -1,8 +1,11 @@
 """Decoder-only Music Transformer (Huang et al. 2019) over performance events."""
 
+import numbers
+
 import keras
 
 from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
+from keras_selfattn.layers.memory_compressed_attention import MemoryCompressedAttention
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.note_state_embedding import NoteStateEmbedding
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
@@ -19,7 +22,7 @@ from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
 from keras_selfattn.ops.note_state import note_id_ranges
 
-ATTENTIONS = ("relative_global", "relative_local", "absolute")
+ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
 
 MUSIC_PRESETS = {
     # Magenta's MAESTRO runs: 8 layers, width 384, attention key channels 512
@@ -29,19 +32,19 @@ MUSIC_PRESETS = {
     "maestro": dict(
         attention="relative_global", num_layers=8, hidden_dim=384, num_heads=8, key_dim=64,
         feedforward_dim=1024, dropout=0.2, max_relative_position=1024, block_length=512,
-        timing_signal=True,
+        compression_factor=3, timing_signal=True,
     ),
     # Twice tiny's depth and width: 4,500 steps of 16 x 256 events in an hour
     # on one CPU core (the README's decoding study).
     "small": dict(
         attention="relative_global", num_layers=4, hidden_dim=128, num_heads=4, key_dim=32,
         feedforward_dim=512, dropout=0.1, max_relative_position=128, block_length=64,
-        timing_signal=True,
+        compression_factor=3, timing_signal=True,
     ),
     "tiny": dict(
         attention="relative_global", num_layers=2, hidden_dim=64, num_heads=4, key_dim=16,
         feedforward_dim=128, dropout=0.0, max_relative_position=32, block_length=16,
-        timing_signal=True,
+        compression_factor=3, timing_signal=True,
     ),
 }
 
@@ -65,10 +68,15 @@ class MusicTransformer(SequenceTransformer):
         dropout: dropout rate of attention and residual branches.
         attention: `"relative_global"` (skew relative attention over the
             whole sequence), `"relative_local"` (relative attention in local
-            blocks of `block_length`) or `"absolute"` (plain attention).
+            blocks of `block_length`), `"absolute"` (plain attention) or
+            `"local_compressed"` (tensor2tensor's local and memory-compressed
+            layers alternated: blocks 0, 2, ... as `"relative_local"`, blocks
+            1, 3, ... `MemoryCompressedAttention` over the whole sequence
+            reduced `compression_factor` times, without relative positions).
         max_relative_position: the farthest distance with its own relative
             embedding.
-        block_length: the local block of `"relative_local"`.
+        block_length: the local block of `"relative_local"` and of the even
+            blocks of `"local_compressed"`.
         timing_signal: add the sinusoidal absolute position signal (always
             on for `"absolute"`).
         note_event_ids: `None`, or the vocabulary's note-on and note-off id
@@ -77,6 +85,9 @@ class MusicTransformer(SequenceTransformer):
             many events (`NoteStateEmbedding`, added to the token embedding),
             which attention over short crops does not learn to find for old
             notes.
+        compression_factor: how many positions the odd blocks of
+            `"local_compressed"` reduce to one memory entry, an integer >= 2
+            (tensor2tensor's default 3); the other choices ignore it.
         **kwargs: `name` and the other arguments of `keras.Model`.
 
     Example:
@@ -106,6 +117,7 @@ class MusicTransformer(SequenceTransformer):
         block_length=64,
         timing_signal=True,
         note_event_ids=None,
+        compression_factor=3,
         **kwargs,
     ):
         hyperparameters = dict(
@@ -113,6 +125,7 @@ class MusicTransformer(SequenceTransformer):
             num_heads=num_heads, key_dim=key_dim, feedforward_dim=feedforward_dim, dropout=dropout,
             attention=attention, max_relative_position=max_relative_position,
             block_length=block_length, timing_signal=timing_signal, note_event_ids=note_event_ids,
+            compression_factor=compression_factor,
         )
         _check_hyperparameters(hyperparameters)
         self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
@@ -127,7 +140,7 @@ class MusicTransformer(SequenceTransformer):
             self.target_position = SinusoidalPositionEncoding(name="target_position")
         self.decoder_blocks = [
             TransformerDecoderBlock(
-                _self_attention(hyperparameters),
+                _self_attention(hyperparameters, index),
                 feedforward_dim=feedforward_dim,
                 dropout=dropout,
                 norm_first=True,
@@ -149,7 +162,12 @@ class MusicTransformer(SequenceTransformer):
 
     def attention_scores(self, token_ids, block=-1):
         """`[batch, heads, length, length]` self-attention probabilities of
-        decoder block `block` for `token_ids [batch, length]`."""
+        decoder block `block` for `token_ids [batch, length]`.
+
+        An odd block of `"local_compressed"` attends to its compressed
+        memory: its scores are `[batch, heads, length, 1 + ceil(length /
+        compression_factor)]`, over position 0 and then each block of
+        `compression_factor` positions (`MemoryCompressedAttention`)."""
         return self._decoder_block_scores(token_ids, block)["self"]
 
     def generate(
@@ -242,6 +260,9 @@ class MusicTransformer(SequenceTransformer):
             RelativeMultiHeadAttention: "relative_global",
             LocalRelativeAttention1D: "relative_local",
         }.get(type(attention), "absolute")
+        second = blocks[1].self_attention if len(blocks) > 1 else None
+        if isinstance(second, MemoryCompressedAttention):
+            kind = "local_compressed"
         note_state = layers.get("note_state")
         note_event_ids = None
         if note_state is not None:
@@ -258,6 +279,7 @@ class MusicTransformer(SequenceTransformer):
             max_relative_position=getattr(attention, "max_relative_position", defaults["max_relative_position"]),
             block_length=getattr(attention, "block_length", defaults["block_length"]),
             timing_signal="target_position" in layers, note_event_ids=note_event_ids,
+            compression_factor=getattr(second, "compression_factor", defaults["compression_factor"]),
         )
 
 
@@ -276,9 +298,11 @@ def _check_hyperparameters(config):
     check_choice("attention", config["attention"], ATTENTIONS)
     check_divisible_width(config["hidden_dim"], config["num_heads"])
     _check_local_distances(config)
+    _check_compression_factor(config["compression_factor"])
 
 
-def _self_attention(config):
+def _self_attention(config, index):
+    """The self-attention layer of decoder block `index`."""
     common = dict(
         num_heads=config["num_heads"],
         key_dim=config["key_dim"],
@@ -287,7 +311,9 @@ def _self_attention(config):
     )
     if config["attention"] == "absolute":
         return MultiHeadAttention(**common)
-    if config["attention"] == "relative_local":
+    if config["attention"] == "local_compressed" and index % 2 == 1:
+        return MemoryCompressedAttention(compression_factor=config["compression_factor"], **common)
+    if config["attention"] in ("relative_local", "local_compressed"):
         return LocalRelativeAttention1D(
             block_length=config["block_length"],
             max_relative_position=config["max_relative_position"],
@@ -304,13 +330,22 @@ def _self_attention(config):
 def _check_local_distances(config):
     """A local window spans distances `0 .. 2 * block_length - 1`, so a table
     for farther distances would hold rows no query ever reads."""
-    if config["attention"] != "relative_local":
+    if config["attention"] not in ("relative_local", "local_compressed"):
         return
     limit = 2 * config["block_length"]
     if config["max_relative_position"] > limit:
         raise ValueError(
-            "With `attention='relative_local'`, `max_relative_position` must be at "
+            f"With `attention={config['attention']!r}`, `max_relative_position` must be at "
             f"most 2 * block_length = {limit}, the farthest distance in a local "
             f"window. Received: max_relative_position={config['max_relative_position']}, "
             f"block_length={config['block_length']}"
+        )
+
+
+def _check_compression_factor(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 2:
+        raise ValueError(
+            "`compression_factor` must be an integer >= 2 (how many positions the "
+            "memory-compressed blocks of `attention='local_compressed'` reduce to one). "
+            f"Received: compression_factor={value!r}"
         )
