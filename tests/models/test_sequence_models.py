@@ -3,8 +3,11 @@ import numpy as np
 import pytest
 from keras import ops
 
+from keras_selfattn.generation import continue_sequence
+from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAttention1D
+from keras_selfattn.layers.memory_compressed_attention import MemoryCompressedAttention
 from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
-from keras_selfattn.models.music_transformer import music_transformer
+from keras_selfattn.models.music_transformer import MusicTransformer, music_transformer
 from keras_selfattn.models.translation import transformer_translation
 
 RNG = np.random.default_rng(5)
@@ -56,7 +59,7 @@ NOTE_EVENT_IDS = {"note_on": (2, 9), "note_off": (10, 17)}
 
 
 @pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
-@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
+@pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute", "local_compressed"])
 def test_music_cached_decoding_equals_forward_pass(attention, note_event_ids):
     model = music_transformer(
         30, preset="tiny", attention=attention, block_length=4, max_relative_position=8,
@@ -93,6 +96,90 @@ def test_music_is_causal(attention, note_event_ids):
     before, after = np.asarray(model(tokens)), np.asarray(model(changed))
     np.testing.assert_allclose(before[:, :7], after[:, :7], atol=1e-6)
     assert not np.allclose(before[:, 7:], after[:, 7:])
+
+
+# tensor2tensor's local and memory-compressed layers alternated, at sizes where
+# the length 13 is a multiple of neither the local block 4 nor the factor 3.
+LOCAL_COMPRESSED = dict(
+    vocabulary_size=30, num_layers=2, hidden_dim=24, num_heads=3, key_dim=8, feedforward_dim=32,
+    attention="local_compressed", block_length=4, max_relative_position=8, compression_factor=3,
+)
+
+
+def test_local_compressed_alternates_local_and_compressed_blocks():
+    model = MusicTransformer(**dict(LOCAL_COMPRESSED, num_layers=3))
+    local, compressed, local_again = (block.self_attention for block in model.decoder_blocks)
+    assert type(local) is LocalRelativeAttention1D and type(local_again) is LocalRelativeAttention1D
+    assert (local.block_length, local.max_relative_position) == (4, 8)
+    assert type(compressed) is MemoryCompressedAttention and compressed.compression_factor == 3
+    tokens = RNG.integers(0, 30, (2, 13))
+    assert ops.convert_to_numpy(model.attention_scores(tokens, block=0)).shape == (2, 3, 13, 13)
+    scores = ops.convert_to_numpy(model.attention_scores(tokens, block=1))
+    assert scores.shape == (2, 3, 13, 6)  # position 0, then blocks [0, 3) .. [12, 13)
+    np.testing.assert_allclose(scores.sum(-1), 1.0, atol=1e-5)
+    # Entry 0 is always visible, block j once its last position (j + 1) * 3 - 1 is.
+    query, block = np.arange(13)[:, None], np.arange(5)[None, :]
+    visible = np.concatenate([np.ones((13, 1), bool), (block + 1) * 3 - 1 <= query], axis=1)
+    assert np.all(scores[..., ~visible] == 0) and np.all(scores[..., visible] > 0)
+
+
+def test_local_compressed_round_trips_through_its_config_a_keras_file_and_a_plain_model(tmp_path):
+    # A factor other than the default, so that one dropped on the way shows.
+    model = MusicTransformer(**dict(LOCAL_COMPRESSED, compression_factor=4), name="mine")
+    config = model.get_config()
+    assert config["attention"] == "local_compressed" and config["compression_factor"] == 4
+    tokens = RNG.integers(0, 30, (2, 13))
+    expected = ops.convert_to_numpy(model(tokens))
+    rebuilt = MusicTransformer.from_config(config)
+    assert rebuilt.get_config() == config
+    rebuilt.set_weights(model.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(rebuilt(tokens)), expected, atol=1e-6)
+    model.save(tmp_path / "local_compressed.keras")
+    loaded = keras.models.load_model(tmp_path / "local_compressed.keras")
+    assert type(loaded) is MusicTransformer and loaded.get_config() == config
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded(tokens)), expected, atol=1e-6)
+    viewed = MusicTransformer.from_model(keras.Model(model.input, model.output, name="mine"))
+    assert viewed.get_config() == config
+    np.testing.assert_allclose(ops.convert_to_numpy(viewed(tokens)), expected, atol=1e-6)
+
+
+def _greedy_uncached(model, primer, max_new_tokens):
+    """The argmax of the full forward pass re-run on the growing sequence."""
+    tokens = np.asarray(primer, "int32")
+    for _ in range(max_new_tokens):
+        logits = ops.convert_to_numpy(model(tokens))
+        tokens = np.concatenate([tokens, logits[:, -1:].argmax(-1).astype("int32")], axis=1)
+    return tokens
+
+
+def test_local_compressed_generates_the_tokens_of_the_uncached_loop():
+    model = MusicTransformer(**LOCAL_COMPRESSED)
+    rng = np.random.default_rng(2)  # its own: these tokens must not depend on the tests before
+    # Token embeddings of unit scale, so that the argmax follows the tokens
+    # (an untrained model's small ones repeat one token).
+    table = model.target_embedding.embeddings
+    table.assign(rng.normal(0.0, 1.0, table.shape))
+    primer = rng.integers(0, 30, (2, 3)).astype("int32")
+    expected = _greedy_uncached(model, primer, 10)
+    assert len(np.unique(expected[:, 3:])) > 5, "the tokens barely change: the test checks little"
+    np.testing.assert_array_equal(np.asarray(model.generate(primer, 10, temperature=0)), expected)
+    # Rows of different primer lengths each continue as they would alone.
+    wide = np.concatenate([primer, rng.integers(0, 30, (2, 2)).astype("int32")], axis=1)
+    tokens = np.asarray(continue_sequence(model, wide, 8, primer_length=[3, 5], temperature=0))
+    np.testing.assert_array_equal(tokens[0, :11], expected[0, :11])
+    np.testing.assert_array_equal(tokens[1], _greedy_uncached(model, wide[1:], 8)[0])
+
+
+@pytest.mark.parametrize("factor", [1, 0, 2.5, True, None], ids=str)
+def test_local_compressed_factor_that_is_not_an_integer_above_one_is_an_error(factor):
+    message = (
+        r"`compression_factor` must be an integer >= 2 \(how many positions the memory-compressed "
+        rf"blocks of `attention='local_compressed'` reduce to one\). Received: compression_factor={factor!r}"
+    )
+    with pytest.raises(ValueError, match=message):
+        MusicTransformer(**dict(LOCAL_COMPRESSED, compression_factor=factor))
+    with pytest.raises(ValueError, match=message):  # checked whichever the attention, as it is saved
+        MusicTransformer(**dict(LOCAL_COMPRESSED, attention="relative_local", compression_factor=factor))
 
 
 def test_presets_follow_the_papers():
@@ -169,7 +256,8 @@ class TestBadInput:
             transformer_translation(10, 10, preset="tiny", position="rotary")
 
     def test_unknown_attention(self):
-        with pytest.raises(ValueError, match="valid values: \\['relative_global', 'relative_local', 'absolute'\\]"):
+        valid = r"valid values: \['relative_global', 'relative_local', 'absolute', 'local_compressed'\]"
+        with pytest.raises(ValueError, match=valid):
             music_transformer(10, preset="tiny", attention="global")
 
     def test_vocabulary_below_two(self):
@@ -198,11 +286,10 @@ def test_music_note_event_ids_outside_the_vocabulary_is_an_error():
         music_transformer(12, preset="tiny", note_event_ids=NOTE_EVENT_IDS)
 
 
-def test_music_local_table_longer_than_its_window_is_an_error():
+@pytest.mark.parametrize("attention", ["relative_local", "local_compressed"])
+def test_music_local_table_longer_than_its_window_is_an_error(attention):
     with pytest.raises(ValueError, match="`max_relative_position` must be at most 2 \\* block_length = 8"):
-        music_transformer(
-            30, preset="tiny", attention="relative_local", block_length=4, max_relative_position=9
-        )
+        music_transformer(30, preset="tiny", attention=attention, block_length=4, max_relative_position=9)
 
 
 def _token_id_calls():
