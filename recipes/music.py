@@ -114,7 +114,9 @@ def build_parser():
         choices=ATTENTIONS,
         help="relative_global: the Music Transformer's relative attention (skew) over the "
         "whole sequence; relative_local: relative attention in local blocks; absolute: a "
-        "plain Transformer with the sinusoidal position signal only",
+        "plain Transformer with the sinusoidal position signal only; local_compressed: "
+        "tensor2tensor's alternation, even layers relative_local, odd layers memory-compressed "
+        "attention over the whole sequence (see --compression_factor)",
     )
     model.add_argument(
         "--preset",
@@ -146,6 +148,14 @@ def build_parser():
         default=None,
         help="relative_local: events per local block; each block attends to itself and the "
         "block before it (default: the preset's: tiny 16, maestro 512)",
+    )
+    model.add_argument(
+        "--compression_factor",
+        type=harness.positive_int,
+        default=None,
+        help="local_compressed: how many events the memory-compressed layers reduce to one key "
+        "and value (a strided convolution), at least 2; an event sees a group once all of it "
+        "has passed (default: the preset's, 3 as in tensor2tensor)",
     )
     model.add_argument(
         "--note_state",
@@ -273,6 +283,8 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         overrides["max_relative_position"] = args.max_relative_position
     if args.block_length is not None:
         overrides["block_length"] = args.block_length
+    if args.compression_factor is not None:
+        overrides["compression_factor"] = args.compression_factor
     try:
         model = music_transformer(
             vocabulary_size, preset=args.preset, attention=args.attention,
@@ -280,7 +292,7 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         )
     except ValueError as error:
         raise harness.UsageError(
-            f"--attention / --max_relative_position / --block_length: {error}"
+            f"--attention / --max_relative_position / --block_length / --compression_factor: {error}"
         ) from None
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate(args), beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
@@ -426,12 +438,25 @@ def sanity(notes, piece_seconds):
 
 
 def attention_weights(model, tokens, block_index=-1):
-    """`[heads, length, length]` self-attention weights of one decoder block
-    for `tokens [length]`."""
+    """`[heads, length, keys]` self-attention weights of one decoder block
+    for `tokens [length]`: keys are the events (`keys = length`), or the
+    memory entries of a memory-compressed block (`attention_keys`)."""
     model = MusicTransformer.from_model(model)
     tokens = keras.ops.convert_to_tensor(np.asarray(tokens, dtype="int32")[None])
     scores = model.attention_scores(tokens, block_index)
     return keras.ops.convert_to_numpy(keras.ops.cast(scores, "float32"))[0]
+
+
+def attention_keys(model, primer_length, block_index=-1):
+    """`(key_labels, boundary)` of `attention_weights`' keys: events, the
+    primer ending before event `primer_length`; or, for a memory-compressed
+    block (`local_compressed`), its memory entries (event 0, then one per
+    `compression_factor` events), the first one after the primer."""
+    attention = MusicTransformer.from_model(model).decoder_blocks[block_index].self_attention
+    factor = getattr(attention, "compression_factor", None)
+    if factor is None:
+        return "event", primer_length
+    return "compressed memory entry", 1 + math.ceil(primer_length / factor)
 
 
 def write_continuation(args, run, model, music_data, held_out):
@@ -450,10 +475,11 @@ def write_continuation(args, run, model, music_data, held_out):
 
     weights = attention_weights(model, tokens)
     queries = np.arange(len(tokens) - min(ATTENTION_QUERIES, args.generate_events), len(tokens))
+    key_labels, boundary = attention_keys(model, len(primer))
     figure = plots.attention_heads(
-        run.path("attention.png"), weights[:, queries, :], queries, boundary=len(primer),
+        run.path("attention.png"), weights[:, queries, :], queries, boundary=boundary,
         title=f"last block's attention of the last {len(queries)} generated events "
-        "(dashed: end of the primer)",
+        "(dashed: end of the primer)", key_labels=key_labels,
     )
     run.wrote("attention weights", figure)
     checks = sanity(new_notes, piece_seconds)
@@ -526,6 +552,7 @@ def main(argv=None, callbacks=()):
             "timing_signal": args.timing_signal,
             "max_relative_position": args.max_relative_position,
             "block_length": args.block_length,
+            "compression_factor": args.compression_factor,
             "note_state": args.note_state,
         }
         report = {

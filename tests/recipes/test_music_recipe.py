@@ -117,7 +117,7 @@ def test_help_explains_every_flag():
         "--midi_dir", "--attention", "--preset", "--sequence_length", "--epochs", "--steps_per_epoch",
         "--batch_size", "--learning_rate", "--seed", "--generate_events", "--primer_events",
         "--temperature", "--top_k", "--top_p", "--strategy", "--mixed_precision", "--model_dir",
-        "--export_dir",
+        "--export_dir", "--compression_factor",
     ):
         assert flag in text
 
@@ -315,8 +315,27 @@ def test_a_local_table_longer_than_the_window_names_the_flags():
         ["--model_dir", "unused", "--attention", "relative_local", "--block_length", "4",
          "--max_relative_position", "64", "--preset", "tiny"]
     )
-    with pytest.raises(music.harness.UsageError, match="--block_length: .*at most 2 \\* block_length = 8"):
+    message = "--block_length / --compression_factor: .*at most 2 \\* block_length = 8"
+    with pytest.raises(music.harness.UsageError, match=message):
         music.build_model(args, 40, pad_id=0, note_event_ids=None)
+
+
+def test_local_compressed_flags_build_it_and_its_figure_counts_memory_entries():
+    flags = ["--model_dir", "unused", "--attention", "local_compressed", "--block_length", "4",
+             "--max_relative_position", "8", "--preset", "tiny"]
+    parse = music.build_parser().parse_args
+    model = music.build_model(parse([*flags, "--compression_factor", "4"]), 40, pad_id=0, note_event_ids=None)
+    config = model.get_config()
+    assert (config["attention"], config["block_length"], config["compression_factor"]) == ("local_compressed", 4, 4)
+    # The last of tiny's two blocks is the compressed one: event 0, then [0, 4), [4, 8), [8, 10).
+    weights = music.attention_weights(model, np.random.default_rng(0).integers(2, 40, 10))
+    assert weights.shape == (4, 10, 4)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert music.attention_keys(model, 5) == ("compressed memory entry", 3)  # [4, 8) holds primer event 4
+    assert music.attention_keys(model, 5, block_index=0) == ("event", 5)
+    message = "--compression_factor: `compression_factor` must be an integer >= 2"
+    with pytest.raises(music.harness.UsageError, match=message):
+        music.build_model(parse([*flags, "--compression_factor", "1"]), 40, pad_id=0, note_event_ids=None)
 
 
 @pytest.mark.parametrize("note_event_ids", [None, {"note_on": (2, 9), "note_off": (10, 17)}], ids=["", "note_state"])
