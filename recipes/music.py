@@ -154,8 +154,8 @@ def build_parser():
         type=harness.positive_int,
         default=None,
         help="local_compressed: how many events the memory-compressed layers reduce to one key "
-        "and value (a strided convolution), at least 2; an event sees a group once all of it "
-        "has passed (default: the preset's, 3 as in tensor2tensor)",
+        "and value (a strided convolution), at least 2; an event sees a group from the group's "
+        "last event on (default: the preset's, 3 as in tensor2tensor)",
     )
     model.add_argument(
         "--note_state",
