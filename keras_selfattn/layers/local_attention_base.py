@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_positive_int, renamed_argument
 from keras_selfattn.layers.attention_call import AttentionCall
-from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention, attention_results
 from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
 from keras_selfattn.ops.relation_tables import heads_first
 
@@ -145,7 +145,7 @@ class LocalAttentionBase(MultiHeadAttention):
                 return_scores=return_scores,
             )
         output = self._output(output, gate, query_mask, grid=query)
-        return _results(output, scores, cache)
+        return attention_results(output, scores, cache)
 
     def _self_attention_inputs(self, call):
         """`(query, value, key, query_mask, key_mask)`: `value` defaulting to
@@ -245,14 +245,7 @@ class LocalAttentionBase(MultiHeadAttention):
             scores = keras.KerasTensor(self._scores_shape(query, cache), dtype=self.compute_dtype)
         if cache is not None:
             cache = keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
-        return _results(output, scores, cache)
-
-
-def _results(output, scores, cache):
-    """`output`, then the scores and the cache where present, as
-    `MultiHeadAttention` returns them."""
-    results = (output,) + tuple(x for x in (scores, cache) if x is not None)
-    return results[0] if len(results) == 1 else results
+        return attention_results(output, scores, cache)
 
 
 # Why block attention fixes each of these `MultiHeadAttention` arguments.

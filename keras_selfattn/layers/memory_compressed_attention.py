@@ -8,12 +8,7 @@ from keras import ops
 from keras_selfattn.compat import set_keras_mask
 from keras_selfattn.layers.argument_checks import check_input_rank
 from keras_selfattn.layers.attention_call import AttentionCall
-from keras_selfattn.layers.local_attention_base import _results
-from keras_selfattn.layers.multi_head_attention import (
-    MultiHeadAttention,
-    _check_broadcastable,
-    _check_mask_broadcastable,
-)
+from keras_selfattn.layers.multi_head_attention import MultiHeadAttention, attention_results
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.masks import as_attention_mask, merge_masks, padding_attention_mask
@@ -204,7 +199,10 @@ class MemoryCompressedAttention(MultiHeadAttention):
                 call.cache, query, query_mask, call.cache_update_index
             )
             length, query_offset = ops.shape(call.cache)[2], call.cache_update_index
-        self._check_mask_and_bias(call, query, ops.shape(keys)[1])
+        num_keys = ops.shape(keys)[1]
+        self._check_mask_and_bias(
+            query, num_keys if isinstance(num_keys, int) else None, call.attention_mask, call.attention_bias
+        )
         masks = [padding_attention_mask(query_mask, key_mask)]
         if call.attention_mask is not None:
             masks.append(as_attention_mask(call.attention_mask, "attention_mask"))
@@ -225,7 +223,7 @@ class MemoryCompressedAttention(MultiHeadAttention):
             flash_attention=self.flash_attention,
         )
         output = self._output(output, gate, query_mask)
-        return _results(output, scores if call.return_attention_scores else None, cache)
+        return attention_results(output, scores if call.return_attention_scores else None, cache)
 
     def _memory(self, x, key_mask):
         """`(keys, values, key_mask)` of the compressed memory of `x`, padded
@@ -262,11 +260,7 @@ class MemoryCompressedAttention(MultiHeadAttention):
 
     def _check_call(self, call):
         """`ValueError` for a call the layer cannot run, naming the argument."""
-        if self.flash_attention and call.return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash attention is "
-                "enabled. Please disable flash attention to access attention scores."
-            )
+        self._check_scores_and_cache_index(call)
         check_input_rank("query", call.query.shape, 3, "[batch, length, features]")
         for name in ("value", "key"):
             tensor = getattr(call, name)
@@ -278,11 +272,6 @@ class MemoryCompressedAttention(MultiHeadAttention):
                     f"Received a separate `{name}` of shape {tuple(tensor.shape)}"
                 )
         if call.cache is None:
-            if call.cache_update_index is not None:
-                raise ValueError(
-                    "`cache_update_index` needs a `cache`. Received: "
-                    f"cache_update_index={call.cache_update_index!r} and cache=None"
-                )
             return
         if not call.use_causal_mask:
             raise ValueError(
@@ -301,16 +290,6 @@ class MemoryCompressedAttention(MultiHeadAttention):
                     "(`keras_selfattn.ops.compressed_padding_mask`)."
                 )
 
-    def _check_mask_and_bias(self, call, query, num_keys):
-        num_keys = num_keys if isinstance(num_keys, int) else None
-        logits_shape = (query.shape[0], self.num_heads, query.shape[1], num_keys)
-        if call.attention_mask is not None:
-            _check_mask_broadcastable(call.attention_mask.shape, logits_shape)
-        if call.attention_bias is not None:
-            _check_broadcastable(
-                "attention_bias", call.attention_bias.shape, logits_shape, (1, 2, 3, 4)
-            )
-
     def compute_output_spec(self, *args, **kwargs):
         call = AttentionCall(*args, **kwargs)
         call = call.replace(use_causal_mask=self._resolve_use_causal_mask(call.use_causal_mask))
@@ -327,7 +306,7 @@ class MemoryCompressedAttention(MultiHeadAttention):
             scores = keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
         if cache is not None:
             cache = keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
-        return _results(output, scores, cache)
+        return attention_results(output, scores, cache)
 
 
 def _check_compression_factor(value):

@@ -229,16 +229,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         """The layer's computation for one `AttentionCall`; the layers that
         attend another way (blocks, windows) override it."""
         use_causal_mask = self._resolve_use_causal_mask(call.use_causal_mask)
-        if self.flash_attention and call.return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash attention is "
-                "enabled. Please disable flash attention to access attention scores."
-            )
-        if call.cache is None and call.cache_update_index is not None:
-            raise ValueError(
-                "`cache_update_index` needs a `cache`. Received: "
-                f"cache_update_index={call.cache_update_index!r} and cache=None"
-            )
+        self._check_scores_and_cache_index(call)
         key, cache = call.key, call.cache
         query, value, query_mask, value_mask = self._call_inputs(call)
         self._check_inputs(
@@ -295,13 +286,21 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             ),
         )
         output = self._output(output, gate, query_mask)
+        return attention_results(output, scores if call.return_attention_scores else None, cache)
 
-        results = (output,)
-        if call.return_attention_scores:
-            results += (scores,)
-        if cache is not None:
-            results += (cache,)
-        return results[0] if len(results) == 1 else results
+    def _check_scores_and_cache_index(self, call):
+        """`ValueError` for scores asked of flash attention and for a
+        `cache_update_index` without a `cache`."""
+        if self.flash_attention and call.return_attention_scores:
+            raise ValueError(
+                "Returning attention scores is not supported when flash attention is "
+                "enabled. Please disable flash attention to access attention scores."
+            )
+        if call.cache is None and call.cache_update_index is not None:
+            raise ValueError(
+                "`cache_update_index` needs a `cache`. Received: "
+                f"cache_update_index={call.cache_update_index!r} and cache=None"
+            )
 
     def _resolve_use_causal_mask(self, use_causal_mask):
         """The call's `use_causal_mask` as a bool (`None`: False), the one
@@ -491,7 +490,12 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 )
         if not self._is_sequence_attention(query):
             return
-        logits_shape = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])
+        self._check_mask_and_bias(query, key.shape[1], attention_mask, attention_bias)
+
+    def _check_mask_and_bias(self, query, num_keys, attention_mask, attention_bias):
+        """`attention_mask` and `attention_bias` broadcast to the logits
+        `[batch, heads, query, num_keys]` (`num_keys` None when unknown)."""
+        logits_shape = (query.shape[0], self.num_heads, query.shape[1], num_keys)
         if attention_mask is not None:
             _check_mask_broadcastable(attention_mask.shape, logits_shape)
         if attention_bias is not None:
@@ -659,6 +663,13 @@ def _prepend_key_columns(x, count, key_length, fill):
         x = ops.repeat(x, key_length, axis=-1)
     front = ops.repeat(ops.full_like(x[..., :1], fill), count, axis=-1)
     return ops.concatenate([front, x], axis=-1)
+
+
+def attention_results(output, scores, cache):
+    """`output`, then the scores and the cache where present: what an
+    attention layer's call returns."""
+    results = (output,) + tuple(x for x in (scores, cache) if x is not None)
+    return results[0] if len(results) == 1 else results
 
 
 def _check_mask_broadcastable(shape, target):
