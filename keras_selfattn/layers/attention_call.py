@@ -11,7 +11,7 @@ class AttentionCall:
     hooks below it (`_attend`, `_compute_attention_with_context`) take this
     object instead of restating it. The fields are the call's parameters in
     their order, so `AttentionCall(*args, **kwargs)` binds a call's
-    arguments as the call does. `memory` is keyword-only, so subclasses
+    arguments as the call does. `memory` and `memory_mask` are keyword-only, so subclasses
     that add fields after `use_causal_mask` keep binding theirs by position.
     """
 
@@ -29,6 +29,7 @@ class AttentionCall:
     training: object = None
     use_causal_mask: object = None
     memory: object = dataclasses.field(default=None, kw_only=True)
+    memory_mask: object = dataclasses.field(default=None, kw_only=True)
 
     def replace(self, **changes):
         """A copy with `changes` applied."""

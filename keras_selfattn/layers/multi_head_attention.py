@@ -101,6 +101,10 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             visible and get no bias. The output equals the last
             `query_length` rows of the layer over
             `concatenate([memory, query], axis=1)`.
+        memory_mask: optional bool `[batch, memory_length]` beside `memory`:
+            `False` hides that memory position from every query (a memory
+            only partly filled, or reset at the start of a new sequence).
+            `None`: every memory position is visible.
 
     Returns:
         `output` of shape `[batch, query_length, output_dim]`; then the scores
@@ -187,13 +191,14 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         use_causal_mask=None,
         *,
         memory=None,
+        memory_mask=None,
     ):
         if memory is not None:
             self._check_attends_memory()
         return self._attend(AttentionCall(
             query, value, key, query_mask, value_mask, key_mask, attention_mask,
             attention_bias, cache, cache_update_index, return_attention_scores, training,
-            use_causal_mask, memory=memory,
+            use_causal_mask, memory=memory, memory_mask=memory_mask,
         ))
 
     # Whether the layer takes `memory`: a subclass that attends its own way
@@ -241,6 +246,8 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             self._check_causal_axes()
         if call.memory is not None:
             self._check_memory(call, query)
+        elif call.memory_mask is not None:
+            raise ValueError("`memory_mask` needs a `memory`. Received a `memory_mask` and memory=None.")
         if not self._is_sequence_attention(query):
             # Extra or several attention axes: Keras's own computation.
             return super().call(
@@ -260,7 +267,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             projected_key = self.key_dense(keys_and_values)
             projected_value = self.value_dense(keys_and_values)
             key_mask, attention_mask, attention_bias = _with_memory_columns(
-                key_mask, attention_mask, attention_bias, memory, query
+                key_mask, attention_mask, attention_bias, memory, query, call.memory_mask
             )
         elif cache is None:
             projected_key, projected_value = self.key_dense(key), self.value_dense(value)
@@ -569,6 +576,13 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
                 f"the batch size and features of `query` (shape {tuple(query.shape)}). "
                 f"Received: memory.shape={memory_shape}"
             )
+        if call.memory_mask is not None and tuple(call.memory_mask.shape) not in (
+            memory_shape[:2], (None,) + memory_shape[1:2]
+        ):
+            raise ValueError(
+                f"`memory_mask` must have shape `[batch, memory_length]` = {memory_shape[:2]}. "
+                f"Received: memory_mask.shape={tuple(call.memory_mask.shape)}"
+            )
 
     def _check_cache(self, cache, query, cache_update_index):
         """The cache's shape and dtype, and that the new positions fit.
@@ -639,14 +653,17 @@ def query_position(call):
     return 0
 
 
-def _with_memory_columns(key_mask, attention_mask, attention_bias, memory, query):
+def _with_memory_columns(key_mask, attention_mask, attention_bias, memory, query, memory_mask=None):
     """`(key_mask, attention_mask, attention_bias)` over the segment's keys,
-    extended over the memory's keys in front: all visible, no bias."""
-    if key_mask is not None:
-        key_mask = ops.concatenate(
-            [ops.ones_like(memory[..., 0], dtype="bool"), ops.cast(key_mask, "bool")], axis=-1
-        )
+    extended over the memory's keys in front: visible where `memory_mask`
+    (`None`: all), no bias."""
     memory_length, segment_length = ops.shape(memory)[1], ops.shape(query)[1]
+    if memory_mask is not None and key_mask is None:
+        key_mask = ops.ones_like(query[..., 0], dtype="bool")
+    if key_mask is not None:
+        if memory_mask is None:
+            memory_mask = ops.ones_like(memory[..., 0], dtype="bool")
+        key_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(key_mask, "bool")], axis=-1)
     if attention_mask is not None:
         attention_mask = _prepend_key_columns(
             ops.cast(attention_mask, "bool"), memory_length, segment_length, True

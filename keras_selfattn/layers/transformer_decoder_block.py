@@ -47,6 +47,13 @@ class TransformerDecoderBlock(keras.layers.Layer):
         cache: optional self-attention cache (layout of the attention layer,
             `[batch, 2, max_length, num_heads, key_dim]`).
         cache_update_index: position of the first input row in the cache.
+        memory: optional `[batch, memory_length, hidden_dim]`, segment memory:
+            the previous segment's inputs to this block, read by the
+            self-attention as extra keys and values without gradient (its
+            `memory` argument, normalised as the block's own inputs are).
+            No cache with it.
+        memory_mask: optional bool `[batch, memory_length]`, which memory
+            positions are real (`None`: all).
         training: whether dropout is active.
         return_attention_scores: whether to also return the attention
             probabilities: `{"self": [batch, heads, query, key]}`, with
@@ -129,6 +136,8 @@ class TransformerDecoderBlock(keras.layers.Layer):
         cache_update_index=None,
         training=None,
         return_attention_scores=False,
+        memory=None,
+        memory_mask=None,
     ):
         if (encoder_outputs is None) != (self.cross_attention is None):
             raise ValueError(
@@ -141,6 +150,8 @@ class TransformerDecoderBlock(keras.layers.Layer):
 
         def attend_to_self(x):
             cached = {} if cache is None else dict(cache=cache, cache_update_index=cache_update_index)
+            if memory is not None:
+                cached = dict(memory=self.self_attention_input(memory), memory_mask=memory_mask)
             results = self.self_attention(
                 x, use_causal_mask=True, training=training, **cached, **with_scores
             )

@@ -328,3 +328,28 @@ def test_layers_without_memory_refuse_it_by_name(name):
     layer(x)
     with pytest.raises(ValueError, match=f"{type(layer).__name__} takes no `memory`"):
         layer(x, memory=sequence(seed=1, length=3))
+
+
+@pytest.mark.parametrize("name", MEMORY_LAYERS)
+def test_memory_mask_hides_memory_positions(name):
+    layer, _ = make(name)
+    x, memory = sequence(), sequence(seed=1, length=5)
+    # Row 0 keeps its last 2 memory positions, row 1 none: as a shorter
+    # memory, and as no memory at all.
+    mask = np.array([[False, False, False, True, True], [False] * 5])
+    masked = numpy(layer(x, memory=memory, memory_mask=mask, use_causal_mask=True))
+    shorter = numpy(layer(x[:1], memory=memory[:1, 3:], use_causal_mask=True))
+    alone = numpy(layer(x[1:], use_causal_mask=True))
+    np.testing.assert_allclose(masked[:1], shorter, atol=1e-5)
+    np.testing.assert_allclose(masked[1:], alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MEMORY_LAYERS)
+def test_bad_memory_mask_is_refused_by_name(name):
+    layer, _ = make(name)
+    x, memory = sequence(), sequence(seed=1, length=3)
+    layer(x)
+    with pytest.raises(ValueError, match=r"`memory_mask` must have shape `\[batch, memory_length\]` = \(2, 3\)"):
+        layer(x, memory=memory, memory_mask=np.ones((BATCH, 4), bool), use_causal_mask=True)
+    with pytest.raises(ValueError, match="`memory_mask` needs a `memory`"):
+        layer(x, memory_mask=np.ones((BATCH, 3), bool), use_causal_mask=True)
