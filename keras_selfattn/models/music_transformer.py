@@ -21,6 +21,7 @@ from keras_selfattn.models.config import (
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
 from keras_selfattn.ops.note_state import note_id_ranges
+from keras_selfattn.ops.segment_memory import memory_mask, next_memory, slide_caches
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
 
@@ -32,19 +33,19 @@ MUSIC_PRESETS = {
     "maestro": dict(
         attention="relative_global", num_layers=8, hidden_dim=384, num_heads=8, key_dim=64,
         feedforward_dim=1024, dropout=0.2, max_relative_position=1024, block_length=512,
-        compression_factor=3, timing_signal=True,
+        compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
     ),
     # Twice tiny's depth and width: 4,500 steps of 16 x 256 events in an hour
     # on one CPU core (the README's decoding study).
     "small": dict(
         attention="relative_global", num_layers=4, hidden_dim=128, num_heads=4, key_dim=32,
         feedforward_dim=512, dropout=0.1, max_relative_position=128, block_length=64,
-        compression_factor=3, timing_signal=True,
+        compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
     ),
     "tiny": dict(
         attention="relative_global", num_layers=2, hidden_dim=64, num_heads=4, key_dim=16,
         feedforward_dim=128, dropout=0.0, max_relative_position=32, block_length=16,
-        compression_factor=3, timing_signal=True,
+        compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
     ),
 }
 
@@ -88,6 +89,17 @@ class MusicTransformer(SequenceTransformer):
         compression_factor: how many positions the odd blocks of
             `"local_compressed"` reduce to one memory entry, an integer >= 2
             (tensor2tensor's default 3); the other choices ignore it.
+        memory_length: segment memory (Transformer-XL), an integer >= 0; 0
+            (the default) is none. With `M > 0` each block's self-attention
+            also reads the previous segment's last `M` inputs to the block,
+            without gradient (`call_with_memory`, `SegmentMemoryTrainer`),
+            and cached generation keeps a sliding window of `M +
+            segment_length` positions per block however long it runs.
+            Needs `attention="relative_global"`, `timing_signal=False` and
+            no `note_event_ids`: only relative distances carry position.
+        segment_length: with memory, the training segment length (the
+            generation window is `memory_length + segment_length`); `None`
+            is `memory_length`. Only with `memory_length > 0`.
         **kwargs: `name` and the other arguments of `keras.Model`.
 
     Example:
@@ -118,6 +130,8 @@ class MusicTransformer(SequenceTransformer):
         timing_signal=True,
         note_event_ids=None,
         compression_factor=3,
+        memory_length=0,
+        segment_length=None,
         **kwargs,
     ):
         hyperparameters = dict(
@@ -125,7 +139,8 @@ class MusicTransformer(SequenceTransformer):
             num_heads=num_heads, key_dim=key_dim, feedforward_dim=feedforward_dim, dropout=dropout,
             attention=attention, max_relative_position=max_relative_position,
             block_length=block_length, timing_signal=timing_signal, note_event_ids=note_event_ids,
-            compression_factor=compression_factor,
+            compression_factor=compression_factor, memory_length=memory_length,
+            segment_length=segment_length,
         )
         _check_hyperparameters(hyperparameters)
         self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
@@ -156,6 +171,90 @@ class MusicTransformer(SequenceTransformer):
         kwargs.setdefault("name", "music_transformer")
         super().__init__(tokens, logits, hyperparameters=hyperparameters, **kwargs)
         self.vocabulary_size = vocabulary_size
+        self.memory_length = memory_length
+        self.segment_length = segment_length
+
+    @property
+    def cache_window(self):
+        """With segment memory, how many positions each block's generation
+        cache holds (`memory_length + segment_length`): the oldest are
+        dropped as new ones come. `None` without memory (the cache holds the
+        whole sequence)."""
+        if not self.memory_length:
+            return None
+        return self.memory_length + (self.segment_length or self.memory_length)
+
+    def initial_memory(self, batch_size):
+        """The empty segment memory of `call_with_memory`: `{"states":
+        [zeros [batch, memory_length, hidden_dim]] * num_layers, "lengths":
+        int32 zeros [batch]}`, `lengths` being how many of the last memory
+        positions are real (none yet)."""
+        self._check_has_memory()
+        shape = (batch_size, self.memory_length, self.target_embedding.output_dim)
+        states = [keras.ops.zeros(shape, self.compute_dtype) for _ in self.decoder_blocks]
+        return {"states": states, "lengths": keras.ops.zeros((batch_size,), "int32")}
+
+    def call_with_memory(self, token_ids, memory=None, training=None):
+        """The forward pass over one segment with segment memory.
+
+        Each block's self-attention also reads the block's memory state, the
+        last `memory_length` inputs to the block before this segment (of
+        which the last `lengths[i]` are real in row `i`). The logits equal the
+        last rows of the forward pass over the real memory positions' tokens
+        followed by `token_ids`, when those fit the memory.
+
+        Args:
+            token_ids: int `[batch, length]`.
+            memory: from `initial_memory` or the last call; `None` is
+                `initial_memory` (no past).
+            training: whether dropout is active.
+
+        Returns:
+            `(logits [batch, length, vocabulary_size], memory)`: the new
+            memory holds the last `memory_length` inputs to each block over
+            the old memory and this segment, without gradient.
+        """
+        self._check_has_memory()
+        token_ids = self._checked_inputs(token_ids)
+        if memory is None:
+            memory = self.initial_memory(keras.ops.shape(token_ids)[0])
+        x, _ = self._embed_targets(token_ids)
+        states, lengths = memory["states"], memory["lengths"]
+        mask = memory_mask(lengths, self.memory_length)
+        block_inputs = []
+        for block, state in zip(self.decoder_blocks, states):
+            block_inputs.append(x)
+            x = block(x, memory=keras.ops.cast(state, x.dtype), memory_mask=mask, training=training)
+        logits = self.output_projection(self.decoder_norm(x))
+        return logits, next_memory(memory, block_inputs, self.memory_length)
+
+    def initial_cache(self, batch_size, max_length):
+        """As `SequenceTransformer.initial_cache`; with segment memory each
+        block's cache holds `min(max_length, cache_window)` positions (the
+        window whatever `max_length` is when it is a tensor)."""
+        window = self.cache_window
+        if window is not None:
+            max_length = min(max_length, window) if isinstance(max_length, int) else window
+        return super().initial_cache(batch_size, max_length)
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, **kwargs):
+        """As `SequenceTransformer.call_with_cache`. With segment memory the
+        caches hold a sliding window: once the new positions no longer fit,
+        the oldest are dropped and the rest move to the front, so a query
+        attends to the last `cache_window` positions, at their relative
+        distances. `cache_update_index` stays the absolute position; a call
+        writes at most the window's positions."""
+        if self.cache_window is None:
+            return super().call_with_cache(token_ids, cache, cache_update_index, **kwargs)
+        cache, slot = slide_caches(cache, cache_update_index, keras.ops.shape(token_ids)[1])
+        return super().call_with_cache(token_ids, cache, slot, **kwargs)
+
+    def _check_has_memory(self):
+        if not self.memory_length:
+            raise ValueError(
+                "Segment memory needs a model built with `memory_length > 0`. "
+                f"Received a model with memory_length={self.memory_length}"
+            )
 
     def _input_bounds(self):
         return {"tokens": ("token id", self.vocabulary_size)}
@@ -299,6 +398,7 @@ def _check_hyperparameters(config):
     check_divisible_width(config["hidden_dim"], config["num_heads"])
     _check_local_distances(config)
     _check_compression_factor(config["compression_factor"])
+    _check_memory_length(config)
 
 
 def _self_attention(config, index):
@@ -348,4 +448,39 @@ def _check_compression_factor(value):
             "`compression_factor` must be an integer >= 2 (how many positions the "
             "memory-compressed blocks of `attention='local_compressed'` reduce to one). "
             f"Received: compression_factor={value!r}"
+        )
+
+
+def _check_memory_length(config):
+    """Segment memory needs relative global attention and no absolute
+    position or note state: across segments only relative distances hold."""
+    memory_length, segment_length = config["memory_length"], config["segment_length"]
+    if isinstance(memory_length, bool) or not isinstance(memory_length, numbers.Integral) or memory_length < 0:
+        raise ValueError(
+            "`memory_length` must be an integer >= 0 (0: no segment memory). "
+            f"Received: memory_length={memory_length!r}"
+        )
+    if segment_length is not None and (
+        isinstance(segment_length, bool) or not isinstance(segment_length, numbers.Integral)
+        or segment_length < 1 or not memory_length
+    ):
+        raise ValueError(
+            "`segment_length` must be None or an integer >= 1, given only with "
+            f"`memory_length > 0`. Received: segment_length={segment_length!r}, "
+            f"memory_length={memory_length!r}"
+        )
+    if not memory_length:
+        return
+    conflicts = []
+    if config["attention"] != "relative_global":
+        conflicts.append(f"attention={config['attention']!r} (only 'relative_global' takes memory)")
+    if config["timing_signal"]:
+        conflicts.append("timing_signal=True (absolute positions do not carry across segments)")
+    if config["note_event_ids"] is not None:
+        conflicts.append("note_event_ids (the note state does not carry across segments)")
+    if conflicts:
+        raise ValueError(
+            "`memory_length > 0` needs attention='relative_global', timing_signal=False and "
+            f"note_event_ids=None. Received memory_length={memory_length} with "
+            + "; ".join(conflicts)
         )
