@@ -105,22 +105,30 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
 
     With `note_rules` (a `NoteRules`), the logits of each step are masked by
     what sounds after the tokens so far, which the loop carries along.
+
+    A model with segment memory (`cache_window`) keeps sliding-window caches
+    that a long primer would overflow: its primer goes in step by step, each
+    step fed the row's next primer token.
     """
     width = ops.shape(primer)[1]
     total_length = width + max_new_tokens
     start = width - 1
+    sliding = getattr(model, "cache_window", None) is not None
+    if sliding and primer_length is None:
+        primer_length = ops.full((ops.shape(primer)[0],), width, dtype="int32")
     if primer_length is not None:
         primer_length = ops.cast(primer_length, "int32")
         primer = _zeros_past(primer, primer_length)
-        start = ops.min(primer_length) - 1
+        start = 0 if sliding else ops.min(primer_length) - 1
     tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
     caches = model.initial_cache(ops.shape(primer)[0], total_length)
-    prefill = primer[:, :-1]
-    if primer_length is not None:
-        # The steps from `start` on rewrite those positions; their tokens must
-        # not reach the note state, which carries its past and cannot forget.
-        prefill = ops.where(ops.arange(width - 1, dtype="int32")[None, :] < start, prefill, 0)
-    _, _, caches = model.call_with_cache(prefill, caches, 0)
+    if not sliding:
+        prefill = primer[:, :-1]
+        if primer_length is not None:
+            # The steps from `start` on rewrite those positions; their tokens must
+            # not reach the note state, which carries its past and cannot forget.
+            prefill = ops.where(ops.arange(width - 1, dtype="int32")[None, :] < start, prefill, 0)
+        _, _, caches = model.call_with_cache(prefill, caches, 0)
     state = (tokens, caches)
     if note_rules is not None:
         state += (note_rules.sounding(tokens, start + 1),)
