@@ -28,7 +28,9 @@ performances from the miditok 3.1.0 sdist, with `pip download`);
 performances); `find_midi_files` splits a folder (MAESTRO csv honoured);
 `encode_performances` / `load_performances` encode with an on-disk cache;
 `training_dataset` / `evaluation_dataset` / `evaluation_chunks` feed a model;
-`pair_notes` pairs note-offs with the note-ons they close, and
+`segment_dataset` cuts whole performances into consecutive segments for
+training with segment memory; `pair_notes` pairs note-offs with the
+note-ons they close, and
 `performance_statistics` measures performances by those notes.
 
 Example:
@@ -73,6 +75,7 @@ from keras_selfattn.data.music.files import (
     load_performances,
 )
 from keras_selfattn.data.music.notes import NotePairing, pair_notes
+from keras_selfattn.data.music.segments import segment_dataset, segment_layout
 from keras_selfattn.data.music.statistics import performance_statistics
 from keras_selfattn.data.music.pipeline import (
     DEFAULT_AUGMENTATIONS,
@@ -119,6 +122,8 @@ __all__ = [
     "pair_notes",
     "performance_encoding",
     "performance_statistics",
+    "segment_dataset",
+    "segment_layout",
     "steps_per_epoch",
     "training_dataset",
     "vocabulary_size",
