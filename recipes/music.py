@@ -165,6 +165,18 @@ def build_parser():
         "(music_transformer's note_event_ids); without it the model stops releasing notes "
         "older than a few dozen events",
     )
+    model.add_argument(
+        "--memory_length",
+        type=harness.non_negative_int,
+        default=0,
+        help="segment memory (Transformer-XL): 0 (the default) trains on random crops as "
+        "before; M > 0 trains on consecutive segments of --sequence_length events of each "
+        "performance, every layer also attending to the M events before the segment "
+        "(carried from the step before, no gradient, reset at a new performance; no "
+        "validation during training), and generation keeps a window of M + "
+        "--sequence_length events per layer however long it runs. Needs "
+        "--attention relative_global, --timing_signal off and --note_state off",
+    )
     training = harness.add_training_flags(
         parser, epochs=5, steps_per_epoch=100, batch_size=16, learning_rate=1e-3
     )
@@ -285,6 +297,8 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         overrides["block_length"] = args.block_length
     if args.compression_factor is not None:
         overrides["compression_factor"] = args.compression_factor
+    if args.memory_length:
+        overrides.update(memory_length=args.memory_length, segment_length=args.sequence_length)
     try:
         model = music_transformer(
             vocabulary_size, preset=args.preset, attention=args.attention,
@@ -294,12 +308,17 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         raise harness.UsageError(
             f"--attention / --max_relative_position / --block_length / --compression_factor: {error}"
         ) from None
+    compile_music_model(model, args, pad_id)
+    return model
+
+
+def compile_music_model(model, args, pad_id):
+    """Adam, cross-entropy and NLL per event that skip padding."""
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate(args), beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
         metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
     )
-    return model
 
 
 def learning_rate(args):
@@ -554,6 +573,7 @@ def main(argv=None, callbacks=()):
             "block_length": args.block_length,
             "compression_factor": args.compression_factor,
             "note_state": args.note_state,
+            "memory_length": args.memory_length,
         }
         report = {
             "data": {
@@ -577,6 +597,8 @@ def train_music_transformer(args, run, music_data, performances, callbacks):
     """Builds and fits the model on random crops of the training
     performances, validated on up to `VALIDATION_CHUNKS` chunks of the
     monitoring ones; returns `(model, History)`."""
+    if args.memory_length:
+        return train_with_segment_memory(args, run, music_data, performances, callbacks)
     if args.augmentations:
         run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
     dataset = music_data.training_dataset(
@@ -604,6 +626,30 @@ def train_music_transformer(args, run, music_data, performances, callbacks):
         validation_data=(validation[:, :-1], validation[:, 1:]) if len(validation) else None,
         callbacks=callbacks,
     )
+    return model, history
+
+
+def train_with_segment_memory(args, run, music_data, performances, callbacks):
+    """`--memory_length > 0`: fits the model through a `SegmentMemoryTrainer`
+    over consecutive segments of the training performances (repeated, every
+    pass starting each slot anew); returns `(model, History)`."""
+    from keras_selfattn.models import SegmentMemoryTrainer
+
+    dataset = music_data.segment_dataset(performances.train, args.sequence_length, args.batch_size).repeat()
+    with run.strategy.scope():
+        model = build_model(args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID, music_data.event_id_ranges())
+        try:
+            trainer = SegmentMemoryTrainer(model, batch_size=args.batch_size)
+        except ValueError as error:
+            raise harness.UsageError(f"--batch_size: {error}") from None
+        compile_music_model(trainer, args, music_data.PAD_ID)
+    run.log(
+        f"{NAME} ({args.preset}, {args.attention}, memory {args.memory_length}): "
+        f"{model.count_params():,} parameters; training {args.epochs} epochs x "
+        f"{args.steps_per_epoch} steps of {args.batch_size} consecutive segments of "
+        f"{args.sequence_length} events; no validation"
+    )
+    history = run.fit(trainer, dataset, callbacks=callbacks)
     return model, history
 
 

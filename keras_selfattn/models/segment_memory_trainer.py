@@ -63,6 +63,8 @@ class SegmentMemoryTrainer(keras.Model):
             for index in range(len(model.decoder_blocks))
         ]
         self.memory_lengths = _memory_variable((self.replica_batch_size,), "int32", "memory_lengths")
+        # Every weight exists: the model is built, the memory made here.
+        self.built = True
 
     def call(self, inputs, training=None):
         tokens, new_performance = inputs["tokens"], inputs["new_performance"]

@@ -422,3 +422,15 @@ def test_a_continuation_without_notes_has_null_figures():
     checks = music.sanity([], piece_seconds=3.0)
     assert checks["notes"] == 0 and checks["notes_per_second"] is None and checks["pitch_range"] is None
     assert json.loads(json.dumps(checks))["longest_note_over_piece"] is None
+
+
+def test_memory_length_builds_a_model_whose_window_spans_memory_and_sequence_length():
+    flags = ["--model_dir", "unused", "--timing_signal", "off", "--sequence_length", "12", "--preset", "tiny"]
+    parse = music.build_parser().parse_args
+    model = music.build_model(parse([*flags, "--memory_length", "6"]), 40, pad_id=0, note_event_ids=None)
+    config = model.get_config()
+    assert (config["memory_length"], config["segment_length"], model.cache_window) == (6, 12, 18)
+    assert music.build_model(parse(flags), 40, pad_id=0, note_event_ids=None).get_config()["memory_length"] == 0
+    message = "--compression_factor: `memory_length > 0` needs .*timing_signal=True"
+    with pytest.raises(music.harness.UsageError, match=message):
+        music.build_model(parse([*flags[:2], "--memory_length", "6"]), 40, pad_id=0, note_event_ids=None)
