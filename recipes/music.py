@@ -339,12 +339,43 @@ def learning_rate(args):
     )
 
 
-def nll_per_event(model, chunks, batch_size):
-    """Mean NLL (nats) per predicted event over `chunks [n, length + 1]`."""
+def nll_per_event(model, chunks, batch_size, segment_length=None):
+    """Mean NLL (nats) per predicted event over `chunks [n, length + 1]`.
+    A model with segment memory reads each chunk as training did: segment
+    by segment (`segment_length` events), each with the memory the one
+    before left (Transformer-XL's evaluation)."""
+    if getattr(model, "memory_length", 0):
+        return _nll_per_event_with_memory(model, chunks, batch_size, segment_length)
     results = model.evaluate(
         chunks[:, :-1], chunks[:, 1:], batch_size=batch_size, verbose=0, return_dict=True
     )
     return float(results["nll_per_event"])
+
+
+def _nll_per_event_with_memory(model, chunks, batch_size, segment_length):
+    import tensorflow as tf
+
+    segment_nll = tf.function(
+        lambda inputs, targets, memory: _segment_nll(model, inputs, targets, memory),
+        reduce_retracing=True,
+    )
+    total, events = 0.0, 0
+    for first in range(0, len(chunks), batch_size):
+        batch = chunks[first : first + batch_size]
+        memory = model.initial_memory(len(batch))
+        for start in range(0, batch.shape[1] - 1, segment_length):
+            end = min(start + segment_length, batch.shape[1] - 1)
+            nll, memory = segment_nll(batch[:, start:end], batch[:, start + 1 : end + 1], memory)
+            total += float(nll)
+            events += batch[:, start:end].size
+    return total / events
+
+
+def _segment_nll(model, inputs, targets, memory):
+    """Summed NLL of one segment, and the memory after it."""
+    logits, memory = model.call_with_memory(inputs, memory)
+    nll = keras.ops.sparse_categorical_crossentropy(targets, logits, from_logits=True)
+    return keras.ops.sum(keras.ops.cast(nll, "float32")), memory
 
 
 def evaluate(args, run, model, music_data, held_out):
@@ -359,7 +390,7 @@ def evaluate(args, run, model, music_data, held_out):
             run.log(f"held-out NLL per event at {factor}x the training length ({length} events): "
                     f"{harness.figure(None)}, no held-out performance holds {length + 1} events")
             continue
-        nll = nll_per_event(model, chunks, max(1, args.batch_size // factor))
+        nll = nll_per_event(model, chunks, max(1, args.batch_size // factor), args.sequence_length)
         report[f"{factor}x"] = {
             "length": length,
             "chunks": int(len(chunks)),

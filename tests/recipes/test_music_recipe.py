@@ -12,6 +12,7 @@ import pretty_midi
 import pytest
 
 import recipe_checks
+from keras_selfattn.models import music_transformer
 from recipes import music
 
 pytestmark = [
@@ -434,3 +435,15 @@ def test_memory_length_builds_a_model_whose_window_spans_memory_and_sequence_len
     message = "--compression_factor: `memory_length > 0` needs .*timing_signal=True"
     with pytest.raises(music.harness.UsageError, match=message):
         music.build_model(parse([*flags[:2], "--memory_length", "6"]), 40, pad_id=0, note_event_ids=None)
+
+
+def test_held_out_nll_with_memory_reads_segments_as_the_whole_chunk_when_memory_covers_it():
+    """Segment by segment with a memory as long as the chunk's past, the NLL
+    is that of one forward pass over the whole chunk (computed with numpy)."""
+    keras.utils.set_random_seed(3)
+    model = music_transformer(40, preset="tiny", timing_signal=False, memory_length=12, segment_length=6)
+    chunks = np.random.default_rng(0).integers(2, 40, size=(3, 14)).astype("int32")
+    logits = np.asarray(model(chunks[:, :-1]), "float64")
+    log_probabilities = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -np.take_along_axis(log_probabilities, chunks[:, 1:, None], -1).mean()
+    assert music.nll_per_event(model, chunks, 2, 6) == pytest.approx(expected, abs=1e-5)
