@@ -24,7 +24,7 @@ FAMILY_CLASSES = (
 
 def export_for_serving(
     model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None,
-    note_event_ids=None,
+    note_event_ids=None, directions=None,
 ):
     """Writes `model` with its generation signatures to `export_base/name/version/`.
 
@@ -60,7 +60,12 @@ def export_for_serving(
     - `transformer_translation` with a `tokenizer`: `translate`: `text`
       string `[B]` -> `translation` string `[B]`, `tokens` int32 `[B,
       max_length]`, `score` float32 `[B]` (beam search with `beam_size` and
-      `alpha`).
+      `alpha`). With `directions` (a model trained on several directions,
+      each source led by its direction's token): `translate`: `text`
+      string `[B]`, `direction` string `[B]` (one of `directions`' names)
+      -> the same outputs, each row's text translated after its
+      direction's prefix; a row of another direction gets `status`
+      "`direction` must be one of ..." naming the accepted ones.
     - `image_transformer`: `sample`: `seed` int32 `[B]`, `temperature`
       float32 `[B]` (+ `class_label` int32 `[B]` when conditional) ->
       `pixels` uint8 `[B, H, W, C]`; `complete`: `pixels` uint8
@@ -101,6 +106,12 @@ def export_for_serving(
         note_event_ids: music only: the note-on and note-off id ranges
             (`keras_selfattn.data.music.event_id_ranges()`); `generate` then
             keeps `continue_sequence`'s note rules on every row.
+        directions: translation with a `tokenizer` only: for a model trained
+            on several directions, a dict of each direction's name to the
+            text its sources start with, e.g. `{"forward": "<forward> ",
+            "reverse": "<reverse> "}` (recipes/translate.py's `--tasks
+            both_directions`); `translate` then takes each row's
+            `direction`. `None` keeps `translate(text)`.
 
     Returns:
         The path of the written version directory.
@@ -117,7 +128,7 @@ def export_for_serving(
             f"backend. Received: the {keras.backend.backend()!r} backend"
         )
     _check_name(name)
-    options = ServingOptions(tokenizer, beam_size, alpha, max_length, note_event_ids)
+    options = ServingOptions(tokenizer, beam_size, alpha, max_length, note_event_ids, directions)
     endpoints, resources = _family_model(model).serving_endpoints(options)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)

@@ -85,31 +85,77 @@ def generate_endpoint(model, max_length, note_rules=None):
     return "generate", generate, signature
 
 
-def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha):
+def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha, directions=None):
     """`translate(text)` -> `{"translation", "tokens", "score", "status"}`:
     the SentencePiece `tokenizer` (which appends `eos_id`) in the graph, then
     `translate_tokens`' beam search (greedy for `beam_size` 1). A bad row
     (empty, not UTF-8, too long) gets its problem in `status`, an empty
-    translation and zero tokens and score."""
-    source_limit = model.max_source_length
+    translation and zero tokens and score.
 
-    def translate(text):
-        text = request_checks.after(
-            [request_checks.check(tf.size(text) > 0, "`text` must hold at least one row")], text
-        )
+    With `directions`, `{name: prefix}` of a model trained on several
+    directions, the signature is `translate(text, direction)`: each row's
+    source is its direction's prefix, then its text; a row whose
+    `direction` is none of the names is a bad row."""
+    translate_rows = _row_translator(model, tokenizer, eos_id, max_length, beam_size, alpha, bool(directions))
+    text_spec = tf.TensorSpec(ROWS, tf.string, name="text")
+    if not directions:
+
+        def translate(text):
+            text = request_checks.after(
+                [request_checks.check(tf.size(text) > 0, "`text` must hold at least one row")], text
+            )
+            return translate_rows(text)
+
+        return "translate", translate, [text_spec]
+
+    accepted = ", ".join(map(repr, directions))
+
+    def translate_in_direction(text, direction):
+        _, checks = request_checks.batch_size_of(dict(text=text, direction=direction))
+        text, direction = request_checks.after(checks, text), request_checks.after(checks, direction)
+        prefix, known = _direction_prefix(direction, directions)
+        unknown = (tf.logical_not(known), f"`direction` must be one of {accepted}")
+        return translate_rows(text, prefix, [unknown])
+
+    return "translate", translate_in_direction, [text_spec, tf.TensorSpec(ROWS, tf.string, name="direction")]
+
+
+def _direction_prefix(direction, directions):
+    """Each row's prefix (string `[B]`, "" for an unknown direction) and
+    whether its direction is one of `directions`' names (bool `[B]`)."""
+    prefix = tf.zeros_like(direction)
+    known = tf.zeros_like(direction, tf.bool)
+    for name, text in directions.items():
+        named = tf.equal(direction, name)
+        prefix = tf.where(named, text, prefix)
+        known = tf.logical_or(known, named)
+    return prefix, known
+
+
+def _row_translator(model, tokenizer, eos_id, max_length, beam_size, alpha, prefixed):
+    """`translate_rows(text, prefix=None, problems=())`: the `translate`
+    outputs of rows of `text`, each led by its `prefix` (string `[B]`) when
+    given; `problems`, more `(bad, message)` of the request, count after the
+    text's."""
+    source_limit = model.max_source_length
+    counted = "the direction's prefix and the end token" if prefixed else "the end token"
+
+    def translate_rows(text, prefix=None, problems=()):
         problems = [
             (
                 tf.not_equal(tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace"), text),
                 "`text` must be valid UTF-8",
             ),
             (tf.equal(tf.strings.length(tf.strings.strip(text)), 0), "`text` must not be empty"),
+            *problems,
         ]
         readable = tf.equal(request_checks.row_status(problems), "")
-        pieces = tokenizer.tokenize(tf.where(readable, text, ""))
+        source_text = text if prefix is None else tf.strings.join([prefix, text])
+        pieces = tokenizer.tokenize(tf.where(readable, source_text, ""))
         if source_limit is not None:
             problems.append((
                 pieces.row_lengths() > source_limit,
-                f"`text` must be at most {source_limit} tokens long (with the end token)",
+                f"`text` must be at most {source_limit} tokens long (with {counted})",
             ))
             pieces = pieces[:, :source_limit]
         status = request_checks.row_status(problems)
@@ -129,4 +175,4 @@ def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha):
             "status": status,
         }
 
-    return "translate", translate, [tf.TensorSpec(ROWS, tf.string, name="text")]
+    return translate_rows

@@ -7,7 +7,7 @@ import os
 from keras_selfattn.layers.argument_checks import check_length
 
 # Which family each option belongs to, named when another family gets it.
-_OPTION_OWNERS = {"tokenizer": "translation", "note_event_ids": "music"}
+_OPTION_OWNERS = {"tokenizer": "translation", "directions": "translation", "note_event_ids": "music"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +19,7 @@ class ServingOptions:
     alpha: float = 0.6
     max_length: int = None
     note_event_ids: dict = None
+    directions: dict = None
 
     def refuse_others(self, family, *accepted):
         """`ValueError` for a family option given to another family's model."""
@@ -55,8 +56,41 @@ def forward_endpoint(model, output_name):
 
 def sentencepiece_tokenizer(tokenizer):
     """A tensorflow-text tokenizer holding the SentencePiece model, and its EOS id."""
-    import sentencepiece
     import tensorflow_text
+
+    model, processor = _sentencepiece_model(tokenizer)
+    return tensorflow_text.SentencepieceTokenizer(model=model, add_eos=True), processor.eos_id()
+
+
+def direction_prefixes(directions, tokenizer):
+    """`directions` checked: `{name: prefix}`, each direction's name (what a
+    request's `direction` row holds) and the text its sources start with,
+    every prefix made of pieces the SentencePiece `tokenizer` knows."""
+    example = "e.g. {'forward': '<forward> ', 'reverse': '<reverse> '}"
+    if not isinstance(directions, dict) or not directions:
+        raise ValueError(
+            "`directions` must be a dict of at least one direction's name to the text its sources start "
+            f"with, {example}. Received: directions={directions!r}"
+        )
+    for name, prefix in directions.items():
+        if not isinstance(name, str) or not name or not isinstance(prefix, str) or not prefix.strip():
+            raise ValueError(
+                "`directions` must map non-empty names to non-empty prefix texts, "
+                f"{example}. Received: {name!r}: {prefix!r}"
+            )
+    _, processor = _sentencepiece_model(tokenizer)
+    for name, prefix in directions.items():
+        if processor.unk_id() in processor.encode(prefix):
+            raise ValueError(
+                f"`directions`' prefix {prefix!r} of {name!r} holds text that `tokenizer` does not know "
+                "(its unknown piece): pass the vocabulary the model was trained with, with its direction tokens"
+            )
+    return dict(directions)
+
+
+def _sentencepiece_model(tokenizer):
+    """The SentencePiece model's bytes and a processor of it."""
+    import sentencepiece
 
     if isinstance(tokenizer, (str, os.PathLike)):
         with open(tokenizer, "rb") as file:
@@ -72,4 +106,4 @@ def sentencepiece_tokenizer(tokenizer):
             "`tokenizer` must be a SentencePiece model with pad_id=0 (the models' padding) and "
             f"an end-of-sentence id. Received: pad_id={processor.pad_id()}, eos_id={processor.eos_id()}"
         )
-    return tensorflow_text.SentencepieceTokenizer(model=tokenizer, add_eos=True), processor.eos_id()
+    return tokenizer, processor

@@ -212,19 +212,29 @@ class TranslationTransformer(SequenceTransformer):
     def serving_endpoints(self, options):
         """`export_for_serving`'s signatures: `serving_default` (the forward
         pass), and with `options.tokenizer` `translate` (text in, text out,
-        up to `options.max_length` target tokens, 256 by default)."""
+        up to `options.max_length` target tokens, 256 by default), which
+        with `options.directions` also takes each row's `direction`."""
         from keras_selfattn.export import sequence_signatures
-        from keras_selfattn.export.serving_options import forward_endpoint, sentencepiece_tokenizer
+        from keras_selfattn.export.serving_options import (
+            direction_prefixes,
+            forward_endpoint,
+            sentencepiece_tokenizer,
+        )
 
-        options.refuse_others("translation", "tokenizer")
+        options.refuse_others("translation", "tokenizer", "directions")
         max_length = options.length_for(self, 256)
         endpoints = [forward_endpoint(self, "logits")]
         if options.tokenizer is None:
+            if options.directions is not None:
+                raise ValueError("`directions` needs `tokenizer`: they are inputs of the `translate` signature")
             return endpoints, []
         # `generate` checks `beam_size` and `alpha` when the signature is traced.
         sentencepiece, eos_id = sentencepiece_tokenizer(options.tokenizer)
+        directions = None
+        if options.directions is not None:
+            directions = direction_prefixes(options.directions, options.tokenizer)
         translate = sequence_signatures.translate_endpoint(
-            self, sentencepiece, eos_id, max_length, options.beam_size, options.alpha
+            self, sentencepiece, eos_id, max_length, options.beam_size, options.alpha, directions
         )
         # The tokenizer's resource must be tracked by the exported object, or
         # saving fails on an untracked resource.

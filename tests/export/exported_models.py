@@ -10,16 +10,22 @@ from tests.generation.generation_models import SMALL, image_model, music_model, 
 
 SENTENCES = ["ich habe hunger", "das ist gut", "wir gehen nach hause", "i am hungry", "that is good"]
 TRANSLATION_VOCABULARY = 24
+# A model of both directions: each direction's name and the text before its
+# sources (recipes/translate.py's `--tasks both_directions`).
+DIRECTIONS = {"forward": "<forward> ", "reverse": "<reverse> "}
+# Their tokens, as the vocabulary keeps them whole: the word-boundary mark, then the token.
+DIRECTION_PIECES = ["\u2581" + prefix.strip() for prefix in DIRECTIONS.values()]
 
 
-def sentencepiece_model(vocab_size=TRANSLATION_VOCABULARY):
+def sentencepiece_model(vocab_size=TRANSLATION_VOCABULARY, user_defined_symbols=()):
     """A small SentencePiece model with the ids the export expects: pad 0, EOS 1."""
     import sentencepiece
 
     model = io.BytesIO()
+    symbols = {"user_defined_symbols": list(user_defined_symbols)} if user_defined_symbols else {}
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(SENTENCES * 20), model_writer=model, vocab_size=vocab_size,
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2,
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, minloglevel=2, **symbols,
     )
     return model.getvalue()
 
@@ -34,19 +40,52 @@ def exported_translation(export_base, beam_size=3, max_length=8):
     """`(model, path, tokenizer bytes)` of a Shaw translation model whose
     translations do not all end at once (its untied output layer's bias
     makes EOS less likely; recipes/translate.py's tests export tied models)."""
+    tokenizer = sentencepiece_model()
+    model = _translation_model()
+    path = export_for_serving(
+        model, export_base, name="translation", tokenizer=tokenizer, beam_size=beam_size, max_length=max_length
+    )
+    return model, path, tokenizer
+
+
+def exported_translation_directions(export_base, beam_size=3, max_length=8):
+    """`(model, path, tokenizer bytes)` of a translation model of both
+    `DIRECTIONS`, its vocabulary holding their tokens as pieces of their
+    own, exported with them: `translate(text, direction)`."""
+    tokenizer = sentencepiece_model(user_defined_symbols=DIRECTION_PIECES)
+    model = _translation_model()
+    # Larger direction-token embeddings, so that the directions' translations
+    # of one text differ.
+    embeddings = model.get_layer("source_embedding").embeddings
+    direction_rows = np.isin(np.arange(TRANSLATION_VOCABULARY), direction_token_ids(tokenizer))
+    embeddings.assign(embeddings.numpy() * np.where(direction_rows, 16.0, 1.0)[:, None])
+    path = export_for_serving(
+        model, export_base, name="translation_directions", tokenizer=tokenizer, beam_size=beam_size,
+        max_length=max_length, directions=DIRECTIONS,
+    )
+    return model, path, tokenizer
+
+
+def direction_token_ids(tokenizer):
+    """The ids of `DIRECTIONS`' tokens in the SentencePiece model `tokenizer`."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer)
+    return [processor.piece_to_id(piece) for piece in DIRECTION_PIECES]
+
+
+def _translation_model():
+    """A Shaw translation model whose translations do not all end at once
+    (its untied output layer's bias makes EOS less likely)."""
     from keras_selfattn.models import transformer_translation
 
-    tokenizer = sentencepiece_model()
     model = transformer_translation(
         TRANSLATION_VOCABULARY, TRANSLATION_VOCABULARY, preset="tiny", position="shaw",
         tie_output_projection=False, **SMALL
     )
     bias = model.get_layer("logits").bias
     bias.assign(bias.numpy() - 3.0 * (np.arange(TRANSLATION_VOCABULARY) == 1))
-    path = export_for_serving(
-        model, export_base, name="translation", tokenizer=tokenizer, beam_size=beam_size, max_length=max_length
-    )
-    return model, path, tokenizer
+    return model
 
 
 def exported_images(export_base):

@@ -2,6 +2,7 @@
 row by row, reject bad requests by name, and keep TF Serving's contract."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import ServingContractError, check_serving_contract, export_for_serving  # noqa: E402
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
-from tests.export.exported_models import source_tokens  # noqa: E402
+from tests.export.exported_models import DIRECTIONS, source_tokens  # noqa: E402
 from tests.generation.generation_models import (  # noqa: E402
     IMAGE_SHAPE,
     LOW_SHAPE,
@@ -40,6 +41,12 @@ def music(serving_exports):
 @pytest.fixture(scope="module")
 def translation(serving_exports):
     model, path, tokenizer = serving_exports["translation"]
+    return model, tf.saved_model.load(path), path, tokenizer
+
+
+@pytest.fixture(scope="module")
+def translation_directions(serving_exports):
+    model, path, tokenizer = serving_exports["translation_directions"]
     return model, tf.saved_model.load(path), path, tokenizer
 
 
@@ -264,6 +271,100 @@ def test_translate_answers_empty_and_invalid_text_in_its_status(translation, tex
     # float32 scores may differ in the last bit, never more.
     np.testing.assert_allclose(outputs["score"][[0, 2]], good["score"], rtol=1e-6)
     assert good["status"].tolist() == [b"", b""]
+
+
+def test_translate_of_one_direction_takes_text_only(translation):
+    inputs = translation[1].signatures["translate"].structured_input_signature[1]
+    assert sorted(inputs) == ["text"]
+
+
+TEXTS_AND_DIRECTIONS = [("das ist gut", "forward"), ("das ist gut", "reverse"), ("ich habe hunger", "reverse")]
+
+
+def _in_process_translations(model, tokenizer, rows):
+    """`translate_tokens`' tokens and scores of `(text, direction)` rows,
+    each source its direction's prefix, then its text."""
+    source = source_tokens(tokenizer, [DIRECTIONS[direction] + text for text, direction in rows])
+    tokens, scores = translate_tokens(model, source, 8, beam_size=3, alpha=0.6, return_scores=True)
+    return np.asarray(tokens), np.asarray(scores)
+
+
+def _direction_inputs(rows):
+    return dict(text=np.array([text for text, _ in rows], object), direction=np.array([d for _, d in rows], object))
+
+
+def test_translate_of_both_directions_leads_each_row_with_its_direction(translation_directions):
+    model, loaded, _, tokenizer = translation_directions
+    assert sorted(loaded.signatures["translate"].structured_input_signature[1]) == ["direction", "text"]
+    outputs = _call(loaded, "translate", **_direction_inputs(TEXTS_AND_DIRECTIONS))
+    tokens, scores = _in_process_translations(model, tokenizer, TEXTS_AND_DIRECTIONS)
+    assert outputs["status"].tolist() == [b"", b"", b""]
+    np.testing.assert_array_equal(outputs["tokens"], tokens)
+    np.testing.assert_allclose(outputs["score"], scores, rtol=1e-5)
+    assert (tokens[0] != tokens[1]).any(), "one text's directions translate alike: the test would check nothing"
+
+
+@pytest.mark.parametrize("direction", ["Forward", ""])
+def test_translate_answers_an_unknown_direction_in_its_status(translation_directions, direction):
+    loaded = translation_directions[1]
+    rows = [TEXTS_AND_DIRECTIONS[0], ("das ist gut", direction), TEXTS_AND_DIRECTIONS[2]]
+    outputs = _call(loaded, "translate", **_direction_inputs(rows))
+    good = _call(loaded, "translate", **_direction_inputs([rows[0], rows[2]]))
+    assert outputs["status"].tolist() == [b"", b"`direction` must be one of 'forward', 'reverse'", b""]
+    assert outputs["translation"][1] == b"" and outputs["score"][1] == 0 and not outputs["tokens"][1].any()
+    for key in ("translation", "tokens"):
+        np.testing.assert_array_equal(outputs[key][[0, 2]], good[key], err_msg=key)
+    np.testing.assert_allclose(outputs["score"][[0, 2]], good["score"], rtol=1e-6)
+
+
+def test_translate_of_both_directions_checks_text_as_before(translation_directions):
+    loaded = translation_directions[1]
+    outputs = _call(loaded, "translate", **_direction_inputs([(" ", "forward"), (b"\xff", "reverse")]))
+    assert outputs["status"].tolist() == [b"`text` must not be empty", b"`text` must be valid UTF-8"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`direction` must have one row per row of `text`"):
+        _call(loaded, "translate", text=np.array(["das ist gut"], object), direction=np.array(["forward"] * 2, object))
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(directions={}), "`directions` must be a dict of at least one direction's name"),
+        (dict(directions=["forward", "reverse"]), "`directions` must be a dict of at least one"),
+        (dict(directions={"forward": " "}), "`directions` must map non-empty names to non-empty prefix texts"),
+        (dict(directions={"": "<forward> "}), "`directions` must map non-empty names"),
+        (dict(directions=DIRECTIONS, tokenizer=None), "`directions` needs `tokenizer`"),
+        # The one-direction model's vocabulary has no direction tokens.
+        (dict(directions=DIRECTIONS), "prefix '<forward> ' of 'forward' holds text that `tokenizer` does not know"),
+    ],
+)
+def test_bad_directions_are_refused_by_name(translation, export_base, arguments, message):
+    model, _, _, tokenizer = translation
+    with pytest.raises(ValueError, match=re.escape(message)):
+        export_for_serving(model, export_base, name="bad_directions", **{"tokenizer": tokenizer, **arguments})
+    assert not (export_base / "bad_directions").exists()
+
+
+def test_directions_are_for_translation_models_only(music, export_base):
+    with pytest.raises(ValueError, match="`directions` is for translation models only. Received a music model"):
+        export_for_serving(music[0], export_base, name="music_directions", directions=DIRECTIONS)
+
+
+@pytest.mark.slow
+def test_translate_of_both_directions_through_the_c_api_loader(serving_exports):
+    """The server's loader: each good row is in-process `translate_tokens`
+    on its prefixed source; an unknown direction's row gets its status."""
+    from serving.emulator.c_api_loader import CApiSavedModel
+
+    model, path, tokenizer = serving_exports["translation_directions"]
+    rows = [*TEXTS_AND_DIRECTIONS[:2], ("das ist gut", "backward"), TEXTS_AND_DIRECTIONS[2]]
+    with CApiSavedModel(path) as loaded:
+        outputs = loaded.run("translate", _direction_inputs(rows))
+    assert outputs["status"].tolist() == [b"", b"", b"`direction` must be one of 'forward', 'reverse'", b""]
+    assert outputs["translation"][2] == b"" and not outputs["tokens"][2].any()
+    good = [0, 1, 3]
+    tokens, scores = _in_process_translations(model, tokenizer, [rows[row] for row in good])
+    np.testing.assert_array_equal(outputs["tokens"][good], tokens)
+    np.testing.assert_allclose(outputs["score"][good], scores, rtol=1e-5)
 
 
 def test_the_sentencepiece_model_is_inside_the_saved_model(translation, tmp_path):
