@@ -19,7 +19,7 @@ importable from here too:
 Command line (`python serving/client.py --help`):
 
     python serving/client.py music --primer in.mid --out out.mid
-    python serving/client.py translate "Ich habe Hunger."
+    python serving/client.py translate "Ich habe Hunger." [--direction forward]
     python serving/client.py sample --out grid.png
     python serving/client.py complete in.png --known_rows 4 --out grid.png
     python serving/client.py super_resolve in.png out.png [--decoding posterior_mean]
@@ -42,7 +42,7 @@ if not __package__:
 
 from serving.client_errors import ClientError, RowError, ServerError, ServerUnreachable  # noqa: E402
 from serving.image_files import image_grid, read_image, write_image  # noqa: E402
-from serving.model_signatures import MODEL_NAMES, MODEL_SIGNATURES, SIGNATURES  # noqa: E402
+from serving.model_signatures import MODEL_NAMES, MODEL_SIGNATURES, OPTIONAL_INPUTS, SIGNATURES  # noqa: E402
 from serving.predict_requests import (  # noqa: E402
     parse_predict_response,
     parse_rest_response,
@@ -67,7 +67,7 @@ from serving.server_calls import (  # noqa: E402
 __all__ = [
     "ClientError", "RowError", "ServerError", "ServerUnreachable",
     "image_grid", "read_image", "write_image",
-    "MODEL_NAMES", "MODEL_SIGNATURES", "SIGNATURES",
+    "MODEL_NAMES", "MODEL_SIGNATURES", "OPTIONAL_INPUTS", "SIGNATURES",
     "parse_predict_response", "parse_rest_response", "predict_request", "read_json", "rest_body",
     "DEFAULT_GRPC_PORT", "DEFAULT_HOST", "DEFAULT_REST_PORT", "DEFAULT_TIMEOUT",
     "GRPC_MAX_MESSAGE_BYTES", "check_row_status", "grpc_predict", "model_path", "predict", "rest_call",
@@ -129,8 +129,10 @@ def run_music(args):
 
 
 def run_translate(args):
-    text = np.array([line.encode("utf-8") for line in args.text], dtype=object)
-    outputs = predict(args.model_name, "translate", {"text": text}, **_connection(args))
+    inputs = {"text": np.array([line.encode("utf-8") for line in args.text], dtype=object)}
+    if args.direction is not None:
+        inputs["direction"] = _column(args.direction.encode("utf-8"), object, len(args.text))
+    outputs = predict(args.model_name, "translate", inputs, **_connection(args))
     for translation, score in zip(outputs["translation"], outputs["score"]):
         print(f"{bytes(translation).decode('utf-8', 'replace')}\t(score {float(score):.4f})")
 
@@ -305,6 +307,13 @@ def _add_translate_command(commands):
         "translation, a tab, and the beam-search score.",
     )
     translate.add_argument("text", nargs="+", help="sentence(s) to translate")
+    translate.add_argument(
+        "--direction",
+        default=None,
+        help="the direction of every sentence, for a model of several directions (exported with "
+        "`directions`, e.g. by recipes/translate.py --tasks both_directions): forward or reverse "
+        "(default: none sent, for a model of one direction)",
+    )
     _add_connection_flags(translate, MODEL_NAMES["translation"])
     translate.set_defaults(run=run_translate)
 

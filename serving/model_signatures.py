@@ -18,8 +18,8 @@ MODEL_SIGNATURES = {
 }
 
 # Inputs and outputs of each generation signature: name -> dtype. Every
-# input and output has a leading batch dimension. `class_label` is present only
-# for class-conditional image models. `status` is "" for a row that was
+# input and output has a leading batch dimension. Some inputs are present only
+# for some models (`OPTIONAL_INPUTS`). `status` is "" for a row that was
 # answered, else the row's problem (its other outputs are then zeros or "").
 SIGNATURES = {
     "generate": {
@@ -35,7 +35,10 @@ SIGNATURES = {
         "outputs": {"tokens": "int32", "status": "string"},  # tokens [B, max(T, primer_length + max_new_tokens)], zeros past a row's own
     },
     "translate": {
-        "inputs": {"text": "string"},  # [B]
+        "inputs": {
+            "text": "string",  # [B]
+            "direction": "string",  # [B]: one of the directions the model was exported with, e.g. "forward"
+        },
         "outputs": {"translation": "string", "tokens": "int32", "score": "float32", "status": "string"},
     },
     "sample": {
@@ -61,4 +64,11 @@ SIGNATURES = {
         },
         "outputs": {"pixels": "uint8", "status": "string"},  # [B, H, W, C]
     },
+}
+
+# The inputs a signature has only for some models: name -> which models.
+OPTIONAL_INPUTS = {
+    "class_label": "class-conditional image models",
+    "direction": "translation models of several directions, exported with `directions` "
+    "(recipes/translate.py --tasks both_directions)",
 }

@@ -39,6 +39,9 @@ _NUMPY_DTYPES = {
     "DT_STRING": object,
 }
 SENTENCES = ["Ich habe Hunger.", "Guten Morgen, wie geht es dir?"]
+# The `direction` of translation models of several directions: one of
+# recipes/translate.py's (`--tasks both_directions`).
+DIRECTION = b"forward"
 # Length given to free (-1) dimensions past the batch dimension, e.g. a primer.
 FREE_LENGTH = 8
 
@@ -121,6 +124,8 @@ def example_inputs(specs, rows=2, temperature=0.0):
             raise ValueError(f"input `{key}` has dtype {dtype}, which this script does not fill")
         if key == "decoding":
             value = np.full(shape, b"sample", dtype=object)
+        elif key == "direction":
+            value = np.full(shape, DIRECTION, dtype=object)
         elif key == "text" or numpy_dtype is object:
             count = int(np.prod(shape))
             texts = [SENTENCES[i % len(SENTENCES)].encode("utf-8") for i in range(count)]

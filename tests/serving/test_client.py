@@ -443,6 +443,16 @@ def test_translate_over_rest_sends_the_row_form_and_prints_each_translation(fake
     ]
 
 
+def test_translate_sends_the_direction_of_each_row_when_given(fake_rest, capsys):
+    answer = {"predictions": [{"translation": "A.", "tokens": [5], "score": -1.0, "status": ""}] * 2}
+    server = fake_rest(lambda path, body: (200, answer))
+    status, _, err = run_cli(capsys, "translate", "Le chat.", "Le chien.", "--direction", "reverse",
+                             "--rest_port", str(server.port))
+    assert status == 0, err
+    rows = [{"text": "Le chat.", "direction": "reverse"}, {"text": "Le chien.", "direction": "reverse"}]
+    assert server.requests[0][1] == {"signature_name": "translate", "instances": rows}
+
+
 def test_server_error_is_printed_with_a_non_zero_exit(fake_rest, capsys):
     message = "top_p must be in (0, 1]; received 2"
     server = fake_rest(lambda path, body: (400, {"error": message}))

@@ -173,6 +173,8 @@ def test_example_inputs_are_valid_requests_for_each_contract_signature():
     assert smoke.example_inputs(specs)["decoding"].tolist() == [b"sample", b"sample"]
     text = smoke.example_inputs({"text": ("DT_STRING", [-1])})["text"]
     assert text.dtype == object and all(isinstance(t, bytes) and t for t in text)
+    translate = smoke.example_inputs({"text": ("DT_STRING", [-1]), "direction": ("DT_STRING", [-1])})
+    assert translate["direction"].tolist() == [b"forward", b"forward"]
     generate = smoke.example_inputs(FAKE_SIGNATURES["generate"]["inputs"])
     assert generate["primer"].shape == (2, smoke.FREE_LENGTH) and generate["primer"].min() >= 1
     assert (generate["top_p"] == 1).all() and (generate["top_k"] == 0).all()
