@@ -14,8 +14,9 @@ model on both directions of the pairs, mixed with
 `keras_selfattn.data.mixing.mix_tasks` in proportion to their pairs, each
 source led by its direction's token (Johnson et al. 2017's target-language
 token): the text `<forward> ` or `<reverse> ` before a sentence, one
-SentencePiece piece, also what the exported `translate` signature's
-sources must start with. `--low_resource_fraction F` keeps only a fraction
+SentencePiece piece; the exported `translate` signature then takes each
+row's `direction` (`forward` or `reverse`) beside its `text` and puts the
+token before it. `--low_resource_fraction F` keeps only a fraction
 of the `--direction` direction's training pairs (the other direction keeps
 them all), to see whether the other direction's data helps a low-resource
 one. One joint SentencePiece vocabulary is
@@ -136,8 +137,9 @@ def _add_data_flags(parser):
         choices=TASKS,
         help="one: train on the --direction direction only; both_directions: one model trained on "
         "both directions of the pairs, mixed in proportion to their training pairs, each source led "
-        "by its direction token (the text '<forward> ' or '<reverse> ', which sources sent to the "
-        "exported model must start with too); the report adds each direction's held-out scores",
+        "by its direction token (the text '<forward> ' or '<reverse> ', which the exported `translate` "
+        "signature puts before each row's text from its `direction` input); the report adds each "
+        "direction's held-out scores",
     )
     data.add_argument(
         "--low_resource_fraction",
@@ -632,9 +634,9 @@ def main(argv=None, callbacks=()):
         print_samples(run, samples[: args.samples])
         write_translations(run, scored_pairs, translations)
         _, attention_source = attention_figure(run, model, translator, samples, prefix)
-        run.export(
+        exported = run.export(
             model, NAME, tokenizer=str(vocabulary), beam_size=args.beam_size, alpha=args.alpha,
-            max_length=args.max_length,
+            max_length=args.max_length, directions=served_directions(args),
         )
         settings = {
             "name": NAME,
@@ -657,10 +659,34 @@ def main(argv=None, callbacks=()):
             **directions_report(args, run, translator, held_out, evaluation),
             "samples": samples[: args.samples],
             "attention_sentence": attention_source,
+            **export_report(args, run, exported),
         }
         report = run.write_report(report, model=model, model_settings=settings)
     run.finish()
     return report
+
+
+def served_directions(args):
+    """The exported `translate` signature's `directions`: with `--tasks
+    both_directions`, each direction's name and its prefix, which the
+    signature puts before the text of a row of that `direction`."""
+    if args.tasks != "both_directions":
+        return None
+    return {direction: direction_prefix(direction) for direction in DIRECTIONS}
+
+
+def export_report(args, run, path):
+    """With `--export_dir`: `{"export": {"path", "translate_inputs"}}`, the
+    written signature's inputs, also printed; nothing otherwise."""
+    if path is None:
+        return {}
+    from keras_selfattn.export.contract import signature_inputs
+
+    inputs = signature_inputs(path)["translate"]
+    directions = served_directions(args)
+    accepted = f" (`direction`: {' or '.join(directions)})" if directions else ""
+    run.log(f"the exported `translate` signature takes {', '.join(f'`{name}`' for name in inputs)}{accepted}")
+    return {"export": {"path": str(path), "translate_inputs": inputs}}
 
 
 def task_facts(args, tasks):

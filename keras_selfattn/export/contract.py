@@ -56,6 +56,17 @@ def check_serving_contract(path, tags=("serve",)):
     return ops_by_signature
 
 
+def signature_inputs(path, tags=("serve",)):
+    """`{signature name: its input names, sorted}` of the SavedModel at
+    `path`, read from its signature definitions (nothing is loaded)."""
+    meta_graph = _meta_graph(path, tags)
+    return {
+        name: sorted(signature.inputs)
+        for name, signature in sorted(meta_graph.signature_def.items())
+        if not name.startswith("__")
+    }
+
+
 def _meta_graph(path, tags):
     from tensorflow.core.protobuf import saved_model_pb2
 

@@ -139,7 +139,8 @@ def test_the_model_is_tied_and_reloads(short_run):
 def test_exported_translate_equals_the_recipes_translations(short_run):
     import tensorflow as tf
 
-    model_dir, _, _ = short_run
+    model_dir, report, _ = short_run
+    assert report["export"]["translate_inputs"] == ["text"]
     rows = _translations(model_dir)
     assert any(row[3] for row in rows), "every beam translation is empty: the test would check nothing"
     versions = list((model_dir / "export" / "translation").iterdir())
@@ -212,7 +213,8 @@ def both_directions_run(pairs_tsv, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("both")
     argv = [
         "--pairs_tsv", str(pairs_tsv), "--direction", "reverse", "--tasks", "both_directions",
-        "--low_resource_fraction", "0.5", "--model_dir", str(model_dir), *TINY, "--eval_examples", "4",
+        "--low_resource_fraction", "0.5", "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"),
+        *TINY, "--eval_examples", "4",
     ]
     report, printed = _main(argv)
     return model_dir, report, printed
@@ -247,6 +249,22 @@ def test_both_directions_trains_on_direction_tokens_of_the_vocabulary(both_direc
         sentence = "Le chat noir est petit."
         assert processor.encode(translate.direction_prefix(direction) + sentence) == [token] + processor.encode(sentence)
     assert report["model"]["vocabulary_size"] == processor.get_piece_size()
+
+
+def test_both_directions_export_takes_each_rows_direction(both_directions_run):
+    import tensorflow as tf
+
+    model_dir, report, printed = both_directions_run
+    assert report["export"]["translate_inputs"] == ["direction", "text"]
+    assert "the exported `translate` signature takes `direction`, `text` (`direction`: forward or reverse)" in printed
+    rows = _translations(model_dir)  # --direction reverse: French sources, translated after '<reverse> '
+    assert any(row[3] for row in rows), "every beam translation is empty: the test would check nothing"
+    served = tf.saved_model.load(report["export"]["path"]).signatures["translate"]
+    directions = ["reverse"] * len(rows) + ["backward"]
+    outputs = served(text=tf.constant([row[0] for row in rows] + [rows[0][0]]), direction=tf.constant(directions))
+    translations = [" ".join(t.decode("utf-8").split()) for t in outputs["translation"].numpy()]
+    assert translations == [row[3] for row in rows] + [""]
+    assert outputs["status"].numpy().tolist()[-1] == b"`direction` must be one of 'forward', 'reverse'"
 
 
 def test_training_tasks_cut_one_direction_and_turn_the_pairs_around():
