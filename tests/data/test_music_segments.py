@@ -1,5 +1,6 @@
-"""`segment_layout` / `segment_dataset`: whole performances as consecutive
-segments, slot `b` of each step continuing slot `b` of the step before."""
+"""`segment_layout` / `segment_dataset`: performances as consecutive
+segments split over the batch slots, slot `b` of each step continuing slot
+`b` of the step before."""
 
 import numpy as np
 import pytest
@@ -21,10 +22,20 @@ def test_each_slot_continues_its_performance_then_starts_the_next():
     np.testing.assert_array_equal(tokens[1:, 1].reshape(-1)[:6], np.arange(40, 46))
 
 
-def test_slots_shorter_than_the_longest_end_with_flagged_padding():
-    tokens, targets, new = segment_layout([np.arange(2, 12), np.arange(2, 4)], 3, 2)
-    assert new[:, 1].tolist() == [True, True, True]
-    assert (tokens[1:, 1] == PAD_ID).all() and (targets[1:, 1] == PAD_ID).all()
+def test_every_slot_holds_data_when_performances_are_fewer_than_slots():
+    """One long performance and a short one over three slots: the long one
+    runs on into the next slot, which starts it without memory (flagged);
+    only the last slot ends with a flagged padding segment."""
+    tokens, targets, new = segment_layout([np.arange(2, 15), np.arange(30, 32)], 3, 3)
+    # 12 + 1 predicted events -> 4 + 1 segments -> runs of 2 over 3 slots.
+    assert tokens.shape == (2, 3, 3)
+    np.testing.assert_array_equal(tokens[:, 0].reshape(-1), np.arange(2, 8))
+    np.testing.assert_array_equal(tokens[:, 1].reshape(-1), np.arange(8, 14))
+    np.testing.assert_array_equal(targets[:, 1].reshape(-1), np.arange(9, 15))
+    np.testing.assert_array_equal(tokens[0, 2], [30, 31, PAD_ID])
+    np.testing.assert_array_equal(targets[0, 2], [31, PAD_ID, PAD_ID])
+    assert new.tolist() == [[True, True, True], [False, False, True]]
+    assert (tokens[1, 2] == PAD_ID).all() and (targets[1, 2] == PAD_ID).all()
 
 
 def test_the_dataset_yields_the_layout_step_by_step():

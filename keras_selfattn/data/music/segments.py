@@ -13,37 +13,43 @@ def segment_layout(performances, segment_length, batch_size):
     new_performance)`, int32 `[steps, batch_size, segment_length]` twice
     and bool `[steps, batch_size]`.
 
-    Each performance goes whole to the batch slot with the fewest segments
-    so far (the first such slot), in order. It is cut from its start into
-    consecutive segments of `segment_length` inputs, each with its next
-    events as targets (`events[i : i + L]`, `events[i + 1 : i + L + 1]`),
-    the last padded with `PAD_ID`; its first segment has `new_performance`
-    set. Slots shorter than the longest end with segments of padding only
-    (flagged as new, no targets but `PAD_ID`). So slot `b` of step `t + 1`
-    continues slot `b` of step `t`, or starts a new performance.
+    Each performance is cut from its start into consecutive segments of
+    `segment_length` inputs, each with its next events as targets
+    (`events[i : i + L]`, `events[i + 1 : i + L + 1]`), its last padded with
+    `PAD_ID`. The segments of all performances, in order, are split into
+    `batch_size` runs of equal length (Transformer-XL's batchify), one per
+    batch slot, so every slot holds data whatever the performances' count
+    and lengths; the last slot ends with padding segments if the split is
+    not even. `new_performance` is set where a performance starts and on
+    each slot's first segment (its memory lies in another slot). So slot
+    `b` of step `t + 1` continues slot `b` of step `t`, or starts anew.
     """
     _check_positive_int("segment_length", segment_length)
     _check_positive_int("batch_size", batch_size)
     performances = [events for events in _check_performances(performances) if events.size >= 2]
     if not performances:
         raise ValueError("`performances` must hold at least one performance of 2 events or more")
-    slots = [[] for _ in range(batch_size)]
+    inputs, outputs, first = [], [], []
     for events in performances:
-        slot = min(slots, key=len)
         count = -(-(events.size - 1) // segment_length)
         padded = np.full(count * segment_length + 1, music_events.PAD_ID, "int32")
         padded[: events.size] = events
-        for index in range(count):
-            start = index * segment_length
-            slot.append((padded[start : start + segment_length], padded[start + 1 : start + segment_length + 1], index == 0))
-    steps = max(len(slot) for slot in slots)
-    tokens = np.full((steps, batch_size, segment_length), music_events.PAD_ID, "int32")
-    targets = np.full_like(tokens, music_events.PAD_ID)
-    new_performance = np.ones((steps, batch_size), bool)
-    for b, slot in enumerate(slots):
-        for t, (inputs, outputs, first) in enumerate(slot):
-            tokens[t, b], targets[t, b], new_performance[t, b] = inputs, outputs, first
+        inputs.append(padded[:-1].reshape(count, segment_length))
+        outputs.append(padded[1:].reshape(count, segment_length))
+        first.append(np.arange(count) == 0)
+    steps = -(-sum(len(f) for f in first) // batch_size)
+    tokens, targets = (_runs(np.concatenate(parts), steps, batch_size, music_events.PAD_ID) for parts in (inputs, outputs))
+    new_performance = _runs(np.concatenate(first), steps, batch_size, True)
+    new_performance[0] = True
     return tokens, targets, new_performance
+
+
+def _runs(segments, steps, batch_size, fill):
+    """`segments [n, ...]` as `batch_size` consecutive runs of `steps`:
+    `[steps, batch_size, ...]`, the end filled with `fill`."""
+    padded = np.full((steps * batch_size,) + segments.shape[1:], fill, segments.dtype)
+    padded[: len(segments)] = segments
+    return np.swapaxes(padded.reshape((batch_size, steps) + segments.shape[1:]), 0, 1)
 
 
 def segment_dataset(performances, segment_length, batch_size):
