@@ -26,6 +26,13 @@ TensorFlow Serving runs it):
    and the attention reads them in place.
 3. A 32x32x3 image (`tiny` width) sampled cached against uncached (one
    forward pass per sub-pixel), `local_1d` and `local_2d`.
+4. Long generation (`--tables long`, not run by default): time and cache
+   memory per event of greedy generation of `--long_events` events from a
+   16-event primer, batch 1, at the long-range study's `tiny` width
+   (docs/results/long_range.md), for global relative attention (its cache
+   holds the whole sequence), local relative, local relative +
+   memory-compressed, and global relative with a segment memory of 256
+   over segments of 256 (a sliding cache window of 512 positions).
 
     python -m benchmarks.generation            # the sizes
     python -m benchmarks.generation --quick    # small sizes for a CPU
@@ -156,6 +163,39 @@ def image_table(attentions, uncached_passes, xla, size=32):
     )
 
 
+LONG_RANGE_VARIANTS = {
+    "global relative": dict(attention="relative_global"),
+    "local relative": dict(attention="relative_local", block_length=64),
+    "local relative + compressed": dict(attention="local_compressed", block_length=64, compression_factor=3),
+    "segment memory 256": dict(attention="relative_global", memory_length=256, segment_length=256),
+}
+
+
+def long_table(events_list):
+    rows = []
+    for name, settings in LONG_RANGE_VARIANTS.items():
+        model = music_transformer(
+            VOCAB_SIZE, preset="tiny", dropout=0.0, timing_signal=False, max_relative_position=128, **settings
+        )
+        primer = RNG.integers(2, VOCAB_SIZE, (1, 16)).astype("int32")
+        for events in events_list:
+            generate = tf.function(lambda p, n=events: continue_sequence(model, p, n, temperature=0))
+            seconds = best_seconds(generate, primer, repeats=1)
+            cache_bytes = sum(
+                np.asarray(cache).nbytes
+                for cache in tf.nest.flatten(model.initial_cache(1, 16 + events))
+            )
+            rows.append([name, events, 1000 * seconds / events, cache_bytes / 2**20])
+    base = {row[1]: row for row in rows if row[0] == "global relative"}
+    for row in rows:
+        row += [row[2] / base[row[1]][2], row[3] / base[row[1]][3]]
+    print_table(
+        "Long generation: tiny width, batch 1, greedy, graph (XLA off)",
+        ["attention", "events", "ms / event", "cache MiB", "time vs global", "cache vs global"],
+        rows,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--xla", action="store_true", help="compile the cached generation with XLA")
@@ -168,6 +208,9 @@ def main():
     parser.add_argument("--positions", type=int, nargs="+", help="step table's positions (default: 128 2048)")
     parser.add_argument("--step_preset", default="maestro", help="step table's preset")
     parser.add_argument("--image_size", type=int, default=32, help="image table's height and width (a multiple of 4)")
+    parser.add_argument(
+        "--long_events", type=int, nargs="+", default=[512, 2048, 8192], help="long table's generation lengths"
+    )
     args = parser.parse_args()
     if args.quick:
         music = dict(presets=["tiny", "maestro"], batches=[1, 8], events=128, primer_length=64, samples=4)
@@ -190,6 +233,8 @@ def main():
         step_table(xla=args.xla, **step)
     if "image" in args.tables:
         image_table(xla=args.xla, **image)
+    if "long" in args.tables:
+        long_table(args.long_events)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,13 @@ PROGRAMS = {
     ),
     "benchmarks.generation": (
         ["--quick", "--presets", "tiny", "--batches", "1", "--events", "4", "--primer", "4",
-         "--positions", "8", "--step_preset", "tiny", "--image_size", "4"],
+         "--positions", "8", "--step_preset", "tiny", "--image_size", "4",
+         "--tables", "music", "step", "image", "long", "--long_events", "8"],
         {
             "Music: 4 events from a 4-event primer": ["speed-up", "cached vs plain"],
             "Cached step of the tiny width by position": ["vs 8"],
             "Image 4x4x3 (tiny width), sampled": ["speed-up"],
+            "Long generation: tiny width": ["time vs global", "cache vs global"],
         },
     ),
     "benchmarks.serving": (
