@@ -306,7 +306,8 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         )
     except ValueError as error:
         raise harness.UsageError(
-            f"--attention / --max_relative_position / --block_length / --compression_factor: {error}"
+            "--attention / --max_relative_position / --block_length / --compression_factor / "
+            f"--memory_length / --timing_signal / --note_state: {error}"
         ) from None
     compile_music_model(model, args, pad_id)
     return model

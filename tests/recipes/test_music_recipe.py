@@ -316,7 +316,7 @@ def test_a_local_table_longer_than_the_window_names_the_flags():
         ["--model_dir", "unused", "--attention", "relative_local", "--block_length", "4",
          "--max_relative_position", "64", "--preset", "tiny"]
     )
-    message = "--block_length / --compression_factor: .*at most 2 \\* block_length = 8"
+    message = "--block_length / --compression_factor / .*: .*at most 2 \\* block_length = 8"
     with pytest.raises(music.harness.UsageError, match=message):
         music.build_model(args, 40, pad_id=0, note_event_ids=None)
 
@@ -334,7 +334,7 @@ def test_local_compressed_flags_build_it_and_its_figure_counts_memory_entries():
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     assert music.attention_keys(model, 5) == ("compressed memory entry", 3)  # [4, 8) holds primer event 4
     assert music.attention_keys(model, 5, block_index=0) == ("event", 5)
-    message = "--compression_factor: `compression_factor` must be an integer >= 2"
+    message = "--compression_factor / .*--note_state: `compression_factor` must be an integer >= 2"
     with pytest.raises(music.harness.UsageError, match=message):
         music.build_model(parse([*flags, "--compression_factor", "1"]), 40, pad_id=0, note_event_ids=None)
 
@@ -432,7 +432,7 @@ def test_memory_length_builds_a_model_whose_window_spans_memory_and_sequence_len
     config = model.get_config()
     assert (config["memory_length"], config["segment_length"], model.cache_window) == (6, 12, 18)
     assert music.build_model(parse(flags), 40, pad_id=0, note_event_ids=None).get_config()["memory_length"] == 0
-    message = "--compression_factor: `memory_length > 0` needs .*timing_signal=True"
+    message = "--memory_length / --timing_signal / --note_state: `memory_length > 0` needs .*timing_signal=True"
     with pytest.raises(music.harness.UsageError, match=message):
         music.build_model(parse([*flags[:2], "--memory_length", "6"]), 40, pad_id=0, note_event_ids=None)
 
