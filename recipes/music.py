@@ -663,11 +663,19 @@ def train_music_transformer(args, run, music_data, performances, callbacks):
 
 def train_with_segment_memory(args, run, music_data, performances, callbacks):
     """`--memory_length > 0`: fits the model through a `SegmentMemoryTrainer`
-    over consecutive segments of the training performances (repeated, every
-    pass starting each slot anew); returns `(model, History)`."""
+    over consecutive segments of the training performances and their
+    `--augmentations` variants (repeated, every pass starting each slot
+    anew); returns `(model, History)`."""
     from keras_selfattn.models import SegmentMemoryTrainer
 
-    dataset = music_data.segment_dataset(performances.train, args.sequence_length, args.batch_size).repeat()
+    if args.augmentations:
+        run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
+    variants = music_data.augmented_performances(
+        performances.train, args.augmentations, seed=args.seed, cache_dir=performances.data_dir / "encoded"
+    )
+    dataset = music_data.segment_dataset(
+        list(performances.train) + variants, args.sequence_length, args.batch_size
+    ).repeat()
     with run.strategy.scope():
         model = build_model(args, music_data.MUSIC_VOCABULARY_SIZE, music_data.PAD_ID, music_data.event_id_ranges())
         try:
