@@ -629,10 +629,10 @@ def train_music_transformer(args, run, music_data, performances, callbacks):
     """Builds and fits the model on random crops of the training
     performances, validated on up to `VALIDATION_CHUNKS` chunks of the
     monitoring ones; returns `(model, History)`."""
-    if args.memory_length:
-        return train_with_segment_memory(args, run, music_data, performances, callbacks)
     if args.augmentations:
         run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
+    if args.memory_length:
+        return train_with_segment_memory(args, run, music_data, performances, callbacks)
     dataset = music_data.training_dataset(
         performances.train, args.sequence_length, args.batch_size, seed=args.seed,
         augment=args.augmentations, cache_dir=performances.data_dir / "encoded",
@@ -668,8 +668,6 @@ def train_with_segment_memory(args, run, music_data, performances, callbacks):
     anew); returns `(model, History)`."""
     from keras_selfattn.models import SegmentMemoryTrainer
 
-    if args.augmentations:
-        run.log(f"augmenting: {args.augmentations} variants of each training performance ...")
     variants = music_data.augmented_performances(
         performances.train, args.augmentations, seed=args.seed, cache_dir=performances.data_dir / "encoded"
     )

@@ -80,11 +80,6 @@ class SegmentMemoryTrainer(keras.Model):
         self.memory_lengths.assign(memory["lengths"])
         return logits
 
-    def reset_memory(self):
-        """Forgets every row's memory."""
-        for variable in self.memory_states + [self.memory_lengths]:
-            variable.assign(ops.zeros(variable.shape, variable.dtype))
-
     def _check_batch(self, tokens):
         size = tokens.shape[0]
         if size is not None and size != self.replica_batch_size:
