@@ -159,11 +159,12 @@ def build_parser():
     )
     model.add_argument(
         "--note_state",
-        choices=("on", "off"),
+        choices=("on", "timed", "off"),
         default="on",
         help="on: every event also sees which pitches sound after it and for how many events "
-        "(music_transformer's note_event_ids); without it the model stops releasing notes "
-        "older than a few dozen events",
+        "(music_transformer's note_event_ids); timed: and for how long in time (its "
+        "timed_note_state); off: neither, and the model stops releasing notes older than a "
+        "few dozen events",
     )
     model.add_argument(
         "--memory_length",
@@ -302,7 +303,8 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
     try:
         model = music_transformer(
             vocabulary_size, preset=args.preset, attention=args.attention,
-            note_event_ids=note_event_ids if args.note_state == "on" else None, **overrides,
+            note_event_ids=note_event_ids if args.note_state != "off" else None,
+            timed_note_state=args.note_state == "timed", **overrides,
         )
     except ValueError as error:
         raise harness.UsageError(

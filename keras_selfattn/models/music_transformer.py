@@ -20,7 +20,7 @@ from keras_selfattn.models.config import (
 )
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
-from keras_selfattn.ops.note_state import note_id_ranges
+from keras_selfattn.ops.note_state import note_id_ranges, time_shift_id_range
 from keras_selfattn.ops.segment_memory import memory_mask, next_memory, slide_caches
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
@@ -34,6 +34,7 @@ MUSIC_PRESETS = {
         attention="relative_global", num_layers=8, hidden_dim=384, num_heads=8, key_dim=64,
         feedforward_dim=1024, dropout=0.2, max_relative_position=1024, block_length=512,
         compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
+        timed_note_state=False,
     ),
     # Twice tiny's depth and width: 4,500 steps of 16 x 256 events in an hour
     # on one CPU core (the README's decoding study).
@@ -41,11 +42,13 @@ MUSIC_PRESETS = {
         attention="relative_global", num_layers=4, hidden_dim=128, num_heads=4, key_dim=32,
         feedforward_dim=512, dropout=0.1, max_relative_position=128, block_length=64,
         compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
+        timed_note_state=False,
     ),
     "tiny": dict(
         attention="relative_global", num_layers=2, hidden_dim=64, num_heads=4, key_dim=16,
         feedforward_dim=128, dropout=0.0, max_relative_position=32, block_length=16,
         compression_factor=3, timing_signal=True, memory_length=0, segment_length=None,
+        timed_note_state=False,
     ),
 }
 
@@ -86,6 +89,9 @@ class MusicTransformer(SequenceTransformer):
             many events (`NoteStateEmbedding`, added to the token embedding),
             which attention over short crops does not learn to find for old
             notes.
+        timed_note_state: with `note_event_ids` (and their `"time_shift"`
+            range), the note state also gives each sounding note's age in
+            time steps, not only in events.
         compression_factor: how many positions the odd blocks of
             `"local_compressed"` reduce to one memory entry, an integer >= 2
             (tensor2tensor's default 3); the other choices ignore it.
@@ -132,6 +138,7 @@ class MusicTransformer(SequenceTransformer):
         compression_factor=3,
         memory_length=0,
         segment_length=None,
+        timed_note_state=False,
         **kwargs,
     ):
         hyperparameters = dict(
@@ -140,15 +147,19 @@ class MusicTransformer(SequenceTransformer):
             attention=attention, max_relative_position=max_relative_position,
             block_length=block_length, timing_signal=timing_signal, note_event_ids=note_event_ids,
             compression_factor=compression_factor, memory_length=memory_length,
-            segment_length=segment_length,
+            segment_length=segment_length, timed_note_state=timed_note_state,
         )
         _check_hyperparameters(hyperparameters)
         self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
         self.note_state = None
         if note_event_ids is not None:
             note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocabulary_size)
+            time_shift_id, num_time_shifts = (
+                time_shift_id_range(note_event_ids, vocabulary_size) if timed_note_state else (None, None)
+            )
             self.note_state = NoteStateEmbedding(
-                note_on_id, note_off_id, num_pitches, hidden_dim, name="note_state"
+                note_on_id, note_off_id, num_pitches, hidden_dim, time_shift_id=time_shift_id,
+                num_time_shifts=num_time_shifts, name="note_state",
             )
         self.target_position = None
         if timing_signal or attention == "absolute":
@@ -370,6 +381,10 @@ class MusicTransformer(SequenceTransformer):
                 "note_on": (note_state.note_on_id, note_state.note_on_id + last),
                 "note_off": (note_state.note_off_id, note_state.note_off_id + last),
             }
+            if note_state.timed:
+                note_event_ids["time_shift"] = (
+                    note_state.time_shift_id, note_state.time_shift_id + note_state.num_time_shifts - 1
+                )
         defaults = MUSIC_PRESETS["tiny"]
         return dict(
             vocabulary_size=embedding.input_dim, num_layers=len(blocks), hidden_dim=embedding.output_dim,
@@ -378,6 +393,7 @@ class MusicTransformer(SequenceTransformer):
             max_relative_position=getattr(attention, "max_relative_position", defaults["max_relative_position"]),
             block_length=getattr(attention, "block_length", defaults["block_length"]),
             timing_signal="target_position" in layers, note_event_ids=note_event_ids,
+            timed_note_state=note_state is not None and note_state.timed,
             compression_factor=getattr(second, "compression_factor", defaults["compression_factor"]),
         )
 
@@ -399,6 +415,7 @@ def _check_hyperparameters(config):
     _check_local_distances(config)
     _check_compression_factor(config["compression_factor"])
     _check_memory_length(config)
+    _check_timed_note_state(config)
 
 
 def _self_attention(config, index):
@@ -483,4 +500,14 @@ def _check_memory_length(config):
             "`memory_length > 0` needs attention='relative_global', timing_signal=False and "
             f"note_event_ids=None. Received memory_length={memory_length} with "
             + "; ".join(conflicts)
+        )
+
+
+def _check_timed_note_state(config):
+    if config["timed_note_state"] not in (True, False):
+        raise ValueError(f"`timed_note_state` must be True or False. Received: {config['timed_note_state']!r}")
+    if config["timed_note_state"] and config["note_event_ids"] is None:
+        raise ValueError(
+            "`timed_note_state=True` needs the note state: pass `note_event_ids` "
+            "(keras_selfattn.data.music.event_id_ranges())."
         )

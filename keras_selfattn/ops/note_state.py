@@ -13,6 +13,8 @@ from keras import ops
 
 # Ages in events are read as log1p(age) / log1p(512): 1 for a note held 512 events.
 _AGE_SCALE = math.log1p(512)
+# Ages in time steps are read as log1p(steps) / log1p(1000): 1 for a note held 1,000 steps.
+_TIME_AGE_SCALE = math.log1p(1000)
 
 
 def note_id_ranges(note_event_ids, vocabulary_size):
@@ -45,6 +47,35 @@ def note_id_ranges(note_event_ids, vocabulary_size):
             f"Received: note_event_ids={note_event_ids!r}"
         )
     return on_first, off_first, on_last - on_first + 1
+
+
+def time_shift_id_range(note_event_ids, vocabulary_size):
+    """`(time_shift_id, num_time_shifts)` from the `"time_shift": (first,
+    last)` range of `note_event_ids` (id `first + k` moves time on by `k +
+    1` steps).
+
+    Raises:
+        ValueError: when the range is missing, empty or outside `[0,
+            vocabulary_size)`.
+    """
+    try:
+        first, last = (int(i) for i in note_event_ids["time_shift"])
+    except (KeyError, TypeError, ValueError):
+        first, last = -1, -2
+    if not 0 <= first <= last < vocabulary_size:
+        raise ValueError(
+            "A timed note state needs `note_event_ids` to map 'time_shift' to its (first id, "
+            f"last id) range inside the model's vocabulary [0, {vocabulary_size}) (as "
+            f"keras_selfattn.data.music.event_id_ranges() gives it). Received: note_event_ids={note_event_ids!r}"
+        )
+    return first, last - first + 1
+
+
+def elapsed_steps(tokens, time_shift_id, num_time_shifts):
+    """int32 `[batch, length]`: the time steps that `tokens [batch,
+    length]`'s time shifts add up to, up to and including each token."""
+    steps = ops.cast(tokens, "int32") - (time_shift_id - 1)
+    return ops.cumsum(ops.where((steps >= 1) & (steps <= num_time_shifts), steps, 0), axis=1)
 
 
 def pitch_hits(tokens, note_on_id, note_off_id, num_pitches):
@@ -99,7 +130,7 @@ def running_max(values):
     return ops.while_loop(lambda shift, _: shift < length, step, (1, values))[1]
 
 
-def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=None):
+def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=None, time_shifts=None):
     """float32 `[batch, length, 2 * num_pitches]`: what sounds after each of
     the `length` tokens from position `start` (default: all of them), given
     every token of `tokens [batch, total]` before it.
@@ -109,6 +140,12 @@ def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=Non
     next `num_pitches` are each sounding pitch's age in events (0 right
     after its note-on) as `log1p(age) / log1p(512)`, and 0 for a silent one.
     `start` may be a scalar tensor.
+
+    With `time_shifts=(time_shift_id, num_time_shifts)` (`time_shift_id_range`)
+    the state is timed: `num_pitches` more features give each sounding
+    pitch's age in time steps (those of the time shifts since its note-on)
+    as `log1p(steps) / log1p(1000)`, 0 for a silent one: `[batch, length,
+    3 * num_pitches]`.
 
     Example:
 
@@ -123,33 +160,59 @@ def note_state(tokens, note_on_id, note_off_id, num_pitches, start=0, length=Non
     last_on, last_off = last_note_events(tokens, note_on_id, note_off_id, num_pitches, start, length)
     if length is None:
         length = ops.shape(tokens)[1]
-    return _state_features(last_on, last_off, _positions(length, start))
+    state = _state_features(last_on, last_off, _positions(length, start))
+    if time_shifts is None:
+        return state
+    on, _ = pitch_hits(tokens, note_on_id, note_off_id, num_pitches)
+    clock = ops.expand_dims(elapsed_steps(tokens, *time_shifts), -1)
+    struck_at = running_max(ops.where(on, clock, ops.full_like(clock, -1)))
+    clock, struck_at = (
+        ops.slice(x, (0, start, 0), (ops.shape(tokens)[0], length, ops.shape(x)[2])) for x in (clock, struck_at)
+    )
+    return ops.concatenate([state, _time_ages(last_on > last_off, clock - struck_at)], axis=-1)
 
 
-def initial_last_note_events(batch_size, num_pitches):
+def initial_last_note_events(batch_size, num_pitches, timed=False):
     """int32 `[batch, 2, num_pitches]` of -1: no pitch has had a note-on
-    (row 0) or a note-off (row 1) yet; the start of `note_state_after`."""
-    return ops.full((batch_size, 2, num_pitches), -1, dtype="int32")
+    (row 0) or a note-off (row 1) yet; the start of `note_state_after`.
+    `timed`: `[batch, 4, num_pitches]`, with the time step of each pitch's
+    latest note-on (row 2, -1) and the time so far (row 3, 0)."""
+    rows = (-1, -1, -1, 0) if timed else (-1, -1)
+    return ops.stack([ops.full((batch_size, num_pitches), row, dtype="int32") for row in rows], axis=1)
 
 
-def note_state_after(last_events, tokens, note_on_id, note_off_id, num_pitches, start):
+def note_state_after(last_events, tokens, note_on_id, note_off_id, num_pitches, start, time_shifts=None):
     """`(state, last_events)`: `note_state` of `tokens [batch, length]` at
     positions `start ...`, given the position of every pitch's latest
     note-on and note-off before them (`last_events`, int32 `[batch, 2,
-    num_pitches]`, -1 for none), and those positions after them.
+    num_pitches]`, -1 for none), and those positions after them. With
+    `time_shifts` the state is timed and `last_events` also holds the time
+    step of every pitch's latest note-on and the time so far
+    (`initial_last_note_events(..., timed=True)`).
 
     A loop of these equals `note_state` over the whole sequence, with a
-    state of `2 * num_pitches` positions instead of the tokens so far: a
-    cached step reads no earlier token.
+    state of `2 * num_pitches` positions (4 rows timed) instead of the
+    tokens so far: a cached step reads no earlier token.
     """
     on, off = pitch_hits(tokens, note_on_id, note_off_id, num_pitches)
     positions = _positions(ops.shape(tokens)[1], start)
-    never = ops.full_like(positions, -1)
     last_on, last_off = (
-        ops.maximum(running_max(ops.where(hits, positions, never)), last_events[:, row : row + 1])
-        for row, hits in enumerate((on, off))
+        _latest(hits, positions, last_events[:, row : row + 1]) for row, hits in enumerate((on, off))
     )
-    return _state_features(last_on, last_off, positions), ops.stack([last_on[:, -1], last_off[:, -1]], axis=1)
+    state = _state_features(last_on, last_off, positions)
+    rows = [last_on, last_off]
+    if time_shifts is not None:
+        clock = last_events[:, 3:4] + ops.expand_dims(elapsed_steps(tokens, *time_shifts), -1)
+        struck_at = _latest(on, clock, last_events[:, 2:3])
+        state = ops.concatenate([state, _time_ages(last_on > last_off, clock - struck_at)], axis=-1)
+        rows += [struck_at, clock]
+    return state, ops.stack([row[:, -1] for row in rows], axis=1)
+
+
+def _latest(hits, values, before):
+    """Each pitch's value (`values`, nondecreasing along axis 1) at its
+    latest hit so far, or `before` (`[batch, 1, pitches]`) where none."""
+    return ops.maximum(running_max(ops.where(hits, values, ops.full_like(values, -1))), before)
 
 
 def _positions(length, start):
@@ -163,3 +226,9 @@ def _state_features(last_on, last_off, positions):
     age = ops.cast(positions - last_on, "float32")
     scaled_age = ops.where(sounding, ops.log1p(age) / _AGE_SCALE, ops.zeros_like(age))
     return ops.concatenate([ops.cast(sounding, "float32"), scaled_age], axis=-1)
+
+
+def _time_ages(sounding, steps):
+    """Each sounding pitch's age in time steps, scaled as `note_state` says."""
+    steps = ops.cast(steps, "float32")
+    return ops.where(sounding, ops.log1p(steps) / _TIME_AGE_SCALE, ops.zeros_like(steps))

@@ -83,6 +83,46 @@ def test_music_note_state_reaches_the_logits_and_survives_a_save(tmp_path):
     assert len(loaded.initial_cache(1, 4)) == 3  # two blocks, then the note state
 
 
+# ... and time shifts of 1..5 steps at 20-24.
+TIMED_EVENT_IDS = dict(NOTE_EVENT_IDS, time_shift=(20, 24))
+
+
+def test_music_timed_note_state_reads_time_and_its_cached_steps_equal_the_forward_pass(tmp_path):
+    model = music_transformer(
+        30, preset="tiny", note_event_ids=TIMED_EVENT_IDS, timed_note_state=True, max_relative_position=8,
+    )
+    assert model.get_layer("note_state").kernel.shape == (24, 64)
+    tokens = RNG.integers(0, 30, (2, 11))
+    np.testing.assert_allclose(_cached_logits(model, tokens), model(tokens), atol=1e-5)
+    model.save(tmp_path / "music.keras")
+    loaded = keras.saving.load_model(tmp_path / "music.keras")
+    np.testing.assert_allclose(np.asarray(loaded(tokens)), np.asarray(model(tokens)), atol=1e-6)
+    assert loaded.get_config()["timed_note_state"] is True
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["events", "timed"])
+def test_music_timed_note_state_sees_how_long_ago_a_far_note_was_struck(timed):
+    """Pitch 0 struck, then a time shift of one or of five steps, then 15
+    other events: far outside what local attention sees from the last
+    event, only the timed note state tells the two apart."""
+    model = music_transformer(
+        30, preset="tiny", attention="relative_local", block_length=2, max_relative_position=4,
+        note_event_ids=TIMED_EVENT_IDS, timed_note_state=timed,
+    )
+    soon, later = (np.array([[2, shift] + [25] * 15]) for shift in (20, 24))
+    last = [np.asarray(model(tokens))[0, -1] for tokens in (soon, later)]
+    assert not np.allclose(*last) if timed else np.array_equal(*last)
+
+
+@pytest.mark.parametrize(
+    "note_event_ids,message",
+    [(None, r"`timed_note_state=True` needs the note state"), (NOTE_EVENT_IDS, r"map 'time_shift'")],
+)
+def test_music_timed_note_state_without_its_ids_is_an_error(note_event_ids, message):
+    with pytest.raises(ValueError, match=message):
+        music_transformer(30, preset="tiny", note_event_ids=note_event_ids, timed_note_state=True)
+
+
 @pytest.mark.parametrize("note_event_ids", [None, NOTE_EVENT_IDS], ids=["", "note_state"])
 @pytest.mark.parametrize("attention", ["relative_global", "relative_local", "absolute"])
 def test_music_is_causal(attention, note_event_ids):

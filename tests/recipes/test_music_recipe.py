@@ -290,7 +290,7 @@ def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
         _main(argv)
 
 
-@pytest.mark.parametrize("flag,reacts", [("on", True), ("off", False)])
+@pytest.mark.parametrize("flag,reacts", [("on", True), ("timed", True), ("off", False)])
 def test_note_state_flag_gives_the_model_the_sounding_notes(flag, reacts):
     """Two histories that differ only in whether pitch 60 was struck, far
     outside what local attention sees from the last event: only the model
