@@ -563,6 +563,7 @@ def write_continuation(args, run, model, music_data, held_out):
 STATISTICS_SHOWN = {
     "median_note_seconds": "median note length (s)",
     "share_of_notes_over_2s": "share of notes over 2 s",
+    "share_of_notes_under_50ms": "share of notes under 50 ms",
     "mean_polyphony": "mean polyphony (notes at once)",
     "p95_polyphony": "95th-percentile polyphony",
     "notes_per_second": "notes per second",

@@ -61,16 +61,16 @@ TRAINED_PRESETS = {
         name="maestro_small",
         family="music",
         description=(
-            "Music Transformer, 4 layers of width 128, relative attention (skew) and the note "
-            "state, trained on 6 MAESTRO piano performances (CC BY-NC-SA 4.0)"
+            "Music Transformer, 4 layers of width 128, relative attention (skew) and the timed "
+            "note state, trained on 6 MAESTRO piano performances (CC BY-NC-SA 4.0)"
         ),
         hyperparameters=dict(
             vocabulary_size=310, num_layers=4, hidden_dim=128, num_heads=4, key_dim=32,
             feedforward_dim=512, dropout=0.1, attention="relative_global", max_relative_position=128,
-            block_length=64, timing_signal=False, note_event_ids=MAESTRO_EVENT_IDS,
+            block_length=64, timing_signal=False, note_event_ids=MAESTRO_EVENT_IDS, timed_note_state=True,
         ),
         weights_file="maestro_small.weights.h5",
-        sha256="f3d02551ce2ac14683264cac8bc634132abb69981abaf16521c074736fb86e6a",
+        sha256="7367cac95ec3df8940945b21ff2d2db4c0f470f4ff6e89ae02b1e48adb0656d3",
         card="docs/models/maestro_small.md",
         generation=dict(temperature=0.95, top_p=1.0, note_event_ids=MAESTRO_EVENT_IDS),
     ),

@@ -42,6 +42,7 @@ def test_lengths_and_polyphony_equal_note_seqs_notes(seed):
     assert stats["seconds"] == pytest.approx(total_steps / 100)
     assert stats["median_note_seconds"] == pytest.approx(np.median(lengths))
     assert stats["share_of_notes_over_2s"] == pytest.approx(np.mean(lengths > 2.0))
+    assert stats["share_of_notes_under_50ms"] == pytest.approx(np.mean(lengths < 0.05))
     assert stats["mean_polyphony"] == pytest.approx(polyphony.mean())
     assert stats["p95_polyphony"] == pytest.approx(np.percentile(polyphony, 95))
     assert stats["notes_per_second"] == pytest.approx(len(notes) / (total_steps / 100))

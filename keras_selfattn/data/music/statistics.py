@@ -17,6 +17,7 @@ from keras_selfattn.data.music.events import (
 from keras_selfattn.data.music.notes import pair_notes
 
 LONG_NOTE_SECONDS = 2.0
+SHORT_NOTE_SECONDS = 0.05
 
 
 def performance_statistics(performances, *, starts=None, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
@@ -32,7 +33,8 @@ def performance_statistics(performances, *, starts=None, min_pitch=MIN_PITCH, ma
 
     Returns:
         A dict: `notes`, `seconds`, `notes_per_second`,
-        `median_note_seconds`, `share_of_notes_over_2s`, `mean_polyphony`
+        `median_note_seconds`, `share_of_notes_over_2s`,
+        `share_of_notes_under_50ms`, `mean_polyphony`
         and `p95_polyphony` (notes sounding at once, over 10 ms steps),
         `note_offs`, `share_of_note_offs_closing_a_note` and
         `share_of_note_ons_on_a_sounding_pitch`.
@@ -66,6 +68,7 @@ def performance_statistics(performances, *, starts=None, min_pitch=MIN_PITCH, ma
         "notes_per_second": len(lengths) / seconds if seconds else 0.0,
         "median_note_seconds": float(np.median(lengths)) if len(lengths) else 0.0,
         "share_of_notes_over_2s": float(np.mean(lengths > LONG_NOTE_SECONDS)) if len(lengths) else 0.0,
+        "share_of_notes_under_50ms": float(np.mean(lengths < SHORT_NOTE_SECONDS)) if len(lengths) else 0.0,
         "mean_polyphony": float(polyphony.mean()) if len(polyphony) else 0.0,
         "p95_polyphony": float(np.percentile(polyphony, 95)) if len(polyphony) else 0.0,
         "note_offs": int(note_offs),
