@@ -4,11 +4,13 @@ on a synthetic node task (`--family graph`).
 
 The distribution and resumable-training tests start it as a separate
 process (TensorFlow's devices and cluster are fixed per process) and
-compare what it writes: the per-step losses and the final weights. From
-the repository root:
+compare what it writes: the per-step losses and the final weights, in
+`<output>/<strategy>_<family>.npz` for each strategy and family it is given
+(one process runs them all: starting one costs more than a run). From the
+repository root:
 
-    python -m tests.training.fit_program --output out.npz [--family music|graph]
-        [--strategy mirrored|multi_worker] [--backup_dir DIR --pause_at EPOCH:BATCH]
+    python -m tests.training.fit_program --output DIR [--family music graph]
+        [--strategy none mirrored | multi_worker] [--backup_dir DIR --pause_at EPOCH:BATCH]
 """
 
 import argparse
@@ -79,12 +81,14 @@ def build(family):
     return music_transformer(VOCAB, preset="tiny"), inputs, targets
 
 
+def split_the_cpu():
+    """Two logical CPUs for `MirroredStrategy`: set before TensorFlow runs anything."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
 def make_strategy(name):
     if name == "mirrored":
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration()] * 2
-        )
         return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     if name == "multi_worker":
         from keras_selfattn.distribute import enable_multi_worker_fit
@@ -103,23 +107,36 @@ def dataset(inputs, targets):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--family", default="music", choices=["music", "graph"])
-    parser.add_argument("--strategy", default="none", choices=["none", "mirrored", "multi_worker"])
+    parser.add_argument("--output", required=True, help="the folder for the results")
+    parser.add_argument("--family", nargs="+", default=["music"], choices=["music", "graph"])
+    parser.add_argument("--strategy", nargs="+", default=["none"], choices=["none", "mirrored", "multi_worker"])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--backup_dir")
-    parser.add_argument("--pause_at", help="EPOCH:BATCH where the run writes <output>.paused and sleeps")
+    parser.add_argument("--pause_at", help="EPOCH:BATCH where the run writes <output>/paused and sleeps")
     parser.add_argument("--policy", default="float32")
     args = parser.parse_args()
 
-    strategy = make_strategy(args.strategy)
+    if "mirrored" in args.strategy:
+        split_the_cpu()
     keras.config.disable_traceback_filtering()
-
     tf.config.experimental.enable_op_determinism()
+    os.makedirs(args.output, exist_ok=True)
+    for strategy_name in args.strategy:
+        strategy = make_strategy(strategy_name)
+        for family in args.family:
+            weights, losses = train(strategy, family, args)
+            is_chief = strategy_name != "multi_worker" or json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0
+            if is_chief:
+                np.savez(os.path.join(args.output, f"{strategy_name}_{family}.npz"), losses=losses, **weights)
+
+
+def train(strategy, family, args):
+    """`(weights, per-step losses)` of one run, from the same seed as every other."""
+    keras.backend.clear_session()
     keras.utils.set_random_seed(0)
     keras.config.set_dtype_policy(args.policy)
     with strategy.scope():
-        model, inputs, targets = build(args.family)
+        model, inputs, targets = build(family)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -134,7 +151,7 @@ def main():
 
         def pause(batch_index, logs):
             if state["epoch"] == epoch and batch_index == batch:
-                open(args.output + ".paused", "w").close()
+                open(os.path.join(args.output, "paused"), "w").close()
                 time.sleep(600)
 
         callbacks += [
@@ -142,10 +159,8 @@ def main():
             keras.callbacks.LambdaCallback(on_train_batch_end=pause),
         ]
     model.fit(dataset(inputs, targets), epochs=args.epochs, verbose=0, callbacks=callbacks)
-    is_chief = args.strategy != "multi_worker" or json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0
-    if is_chief:
-        weights = {f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())}
-        np.savez(args.output, losses=np.array(losses), **weights)
+    weights = {f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())}
+    return weights, np.array(losses)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ def _finish(process, timeout=300):
     assert process.returncode == 0, stderr.decode()[-3000:]
 
 
-def _results(path):
-    data = np.load(path)
+def _results(output, strategy="none", family="music"):
+    data = np.load(output / f"{strategy}_{family}.npz")
     return data["losses"], [data[key] for key in sorted(data.files) if key != "losses"]
 
 
@@ -53,31 +53,28 @@ def _assert_same_training(first, second, atol):
         np.testing.assert_allclose(a, b, atol=atol * 10)
 
 
-@pytest.fixture(scope="module")
-def single_device_run(tmp_path_factory):
-    """`family -> (losses, weights)` of its one-device run, each run once."""
-    runs = {}
-
-    def run(family):
-        if family not in runs:
-            output = tmp_path_factory.mktemp(f"single_{family}") / "single.npz"
-            _finish(_run(output, "--family", family))
-            runs[family] = _results(output)
-        return runs[family]
-
-    return run
+FAMILIES = ["music", "graph"]
 
 
 @pytest.fixture(scope="module")
-def single_device(single_device_run):
-    return single_device_run("music")
+def one_and_two_devices(tmp_path_factory):
+    """The folder of each family's one-device run and `MirroredStrategy` run,
+    all in one process."""
+    output = tmp_path_factory.mktemp("one_and_two_devices")
+    _finish(_run(output, "--family", *FAMILIES, "--strategy", "none", "mirrored"))
+    return output
 
 
-@pytest.mark.parametrize("family", ["music", "graph"])
-def test_mirrored_strategy_on_two_devices_matches_one_device(family, single_device_run, tmp_path):
-    output = tmp_path / "mirrored.npz"
-    _finish(_run(output, "--family", family, "--strategy", "mirrored"))
-    _assert_same_training(single_device_run(family), _results(output), atol=1e-5)
+@pytest.fixture(scope="module")
+def single_device(one_and_two_devices):
+    return _results(one_and_two_devices)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_mirrored_strategy_on_two_devices_matches_one_device(family, one_and_two_devices):
+    _assert_same_training(
+        _results(one_and_two_devices, "none", family), _results(one_and_two_devices, "mirrored", family), atol=1e-5
+    )
 
 
 def _free_ports(count):
@@ -92,7 +89,7 @@ def _free_ports(count):
 
 def test_multi_worker_mirrored_strategy_matches_one_device(single_device, tmp_path):
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    output = tmp_path / "multi_worker.npz"
+    output = tmp_path / "multi_worker"
     processes = []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
@@ -101,15 +98,15 @@ def test_multi_worker_mirrored_strategy_matches_one_device(single_device, tmp_pa
         )
     for process in processes:
         _finish(process)
-    _assert_same_training(single_device, _results(output), atol=1e-5)
+    _assert_same_training(single_device, _results(output, "multi_worker"), atol=1e-5)
 
 
 def test_training_killed_mid_epoch_resumes_to_the_same_weights(single_device, tmp_path):
     backup = str(tmp_path / "backup")
-    output = tmp_path / "resumed.npz"
+    output = tmp_path / "resumed"
     interrupted = _run(output, "--backup_dir", backup, "--pause_at", "1:3")
     deadline = time.time() + 300
-    while not os.path.exists(str(output) + ".paused"):
+    while not os.path.exists(output / "paused"):
         assert interrupted.poll() is None, interrupted.stderr.read().decode()[-3000:]
         assert time.time() < deadline, "the run never reached the pause point"
         time.sleep(0.2)
