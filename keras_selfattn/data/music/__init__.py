@@ -31,7 +31,8 @@ performances); `find_midi_files` splits a folder (MAESTRO csv honoured);
 `segment_dataset` cuts whole performances into consecutive segments for
 training with segment memory; `pair_notes` pairs note-offs with the
 note-ons they close, and
-`performance_statistics` measures performances by those notes.
+`performance_statistics` measures performances by those notes;
+`melody_events` infers a performance's melody, as events on its time grid.
 
 Example:
 
@@ -74,6 +75,7 @@ from keras_selfattn.data.music.files import (
     find_midi_files,
     load_performances,
 )
+from keras_selfattn.data.music.melody import melody_events
 from keras_selfattn.data.music.notes import NotePairing, pair_notes
 from keras_selfattn.data.music.segments import segment_dataset, segment_layout
 from keras_selfattn.data.music.statistics import performance_statistics
@@ -117,6 +119,7 @@ __all__ = [
     "find_midi_files",
     "load_note_sequence",
     "load_performances",
+    "melody_events",
     "midi_to_events",
     "note_sequence_to_events",
     "pair_notes",
