@@ -14,6 +14,7 @@ from keras_selfattn.models.losses import (
     MaskedSparseCategoricalCrossentropy,
     repair_loss,
 )
+from keras_selfattn.models.melody_conditioned import MELODY_PRESETS, MelodyConditionedMusicTransformer
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, MusicTransformer, music_transformer
 from keras_selfattn.models.presets import TRAINED_PRESETS, list_presets

@@ -81,6 +81,7 @@ def _architecture_presets():
     """`(family, builder name, presets dict)` of every family."""
     from keras_selfattn.models.graph_transformer import GRAPH_PRESETS
     from keras_selfattn.models.image_transformer import IMAGE_PRESETS
+    from keras_selfattn.models.melody_conditioned import MELODY_PRESETS
     from keras_selfattn.models.music_transformer import MUSIC_PRESETS
     from keras_selfattn.models.super_resolution import SUPER_RESOLUTION_PRESETS
     from keras_selfattn.models.translation import TRANSLATION_PRESETS
@@ -88,6 +89,7 @@ def _architecture_presets():
 
     return [
         ("music", "music_transformer", MUSIC_PRESETS),
+        ("melody_music", "MelodyConditionedMusicTransformer.from_preset", MELODY_PRESETS),
         ("translation", "transformer_translation", TRANSLATION_PRESETS),
         ("image", "image_transformer", IMAGE_PRESETS),
         ("super_resolution", "image_super_resolution", SUPER_RESOLUTION_PRESETS),
