@@ -9,6 +9,7 @@ from keras_selfattn.data.music import event_id_ranges, events_to_note_sequence, 
 from keras_selfattn.data.music.melody import (
     WINDOW_STEPS,
     event_steps,
+    melody_window,
     notes_to_events,
     performance_notes,
     total_steps,
@@ -109,6 +110,19 @@ def test_a_random_performances_melody_is_one_voice_struck_where_the_performance_
     onsets = {(pitch, start) for pitch, start, _ in performance_notes(events)}
     # A melody note starts where the performance strikes its pitch, or at a window's edge.
     assert all((pitch, start) in onsets or start % WINDOW_STEPS == 0 for pitch, start, _ in notes)
+
+
+@pytest.mark.parametrize("start,stop", [(0, 1000), (0, 50), (120, 300), (999, 1000)])
+def test_the_melody_window_is_the_melody_in_the_time_span_of_the_crop(start, stop):
+    events = _random_performance(np.random.default_rng(4), length=1000, pitches=12)
+    melody = melody_events(events)
+    shifts = [e - SHIFT + 1 if SHIFT <= e < SHIFT + 100 else 0 for e in events]
+    first, last = sum(shifts[:start]), sum(shifts[: stop - 1])
+    melody_shifts = [e - SHIFT + 1 if SHIFT <= e < SHIFT + 100 else 0 for e in melody]
+    expected = [
+        event for index, event in enumerate(melody.tolist()) if first <= sum(melody_shifts[:index]) <= last
+    ]
+    assert melody_window(melody, events, start, stop).tolist() == expected
 
 
 def test_no_notes_no_melody_and_bad_events_are_errors():

@@ -161,3 +161,29 @@ def melody_events(events, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
     duration = total_steps(events, min_pitch, max_pitch)
     melody = infer_melody_notes(performance_notes(events, min_pitch, max_pitch), duration)
     return notes_to_events(melody, duration, min_pitch, max_pitch)
+
+
+def melody_window(melody, performance, start, stop, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """The events of `melody` (the performance's `melody_events`) in the time
+    span of performance events `start .. stop - 1`: from the first melody
+    event at or after the step of event `start` to the last at or before the
+    step of event `stop - 1`. What a melody-conditioned model reads beside
+    that crop of the performance.
+
+    Example:
+
+    >>> from keras_selfattn.data.music import event_id_ranges
+    >>> ranges = event_id_ranges()
+    >>> on, off, shift = ranges["note_on"][0], ranges["note_off"][0], ranges["time_shift"][0]
+    >>> # pitches 60 and 48 for half a second, then pitch 62
+    >>> performance = [on + 39, on + 27, shift + 49, off + 39, off + 27, on + 41, shift + 49, off + 41]
+    >>> melody = melody_events(performance)
+    >>> melody_window(melody, performance, 4, 8).tolist() == [off + 39, on + 41, shift + 49, off + 41]
+    True
+    """
+    melody = np.asarray(melody)
+    performance_steps = event_steps(performance, min_pitch, max_pitch)
+    melody_steps = event_steps(melody, min_pitch, max_pitch)
+    first = np.searchsorted(melody_steps, performance_steps[start], side="left")
+    last = np.searchsorted(melody_steps, performance_steps[stop - 1], side="right")
+    return melody[first:last].astype("int32")
