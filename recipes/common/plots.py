@@ -19,7 +19,9 @@ def note_name(pitch):
     return f"{_NOTE_NAMES[pitch % 12]}{pitch // 12 - 1}"
 
 
-def piano_roll(path, primer_notes, continuation_notes, *, boundary_seconds=None, title=None):
+def piano_roll(
+    path, primer_notes, continuation_notes, *, boundary_seconds=None, title=None, labels=("primer", "continuation")
+):
     """Draws notes as bars (time x pitch): the primer and the continuation in
     two colours, with a dashed line where the continuation starts.
 
@@ -29,6 +31,7 @@ def piano_roll(path, primer_notes, continuation_notes, *, boundary_seconds=None,
             end_seconds, pitch, velocity)`.
         boundary_seconds: where the primer ends, drawn as a vertical line.
         title: the figure title.
+        labels: the legend's names of the two kinds of notes.
 
     Returns:
         `path`.
@@ -60,8 +63,8 @@ def piano_roll(path, primer_notes, continuation_notes, *, boundary_seconds=None,
     axes.grid(axis="y", alpha=0.2)
     axes.legend(
         handles=[
-            Patch(color=PRIMER_COLOUR, label=f"primer ({len(primer_notes)} notes)"),
-            Patch(color=CONTINUATION_COLOUR, label=f"continuation ({len(continuation_notes)} notes)"),
+            Patch(color=PRIMER_COLOUR, label=f"{labels[0]} ({len(primer_notes)} notes)"),
+            Patch(color=CONTINUATION_COLOUR, label=f"{labels[1]} ({len(continuation_notes)} notes)"),
         ],
         loc="upper right",
     )

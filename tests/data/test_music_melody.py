@@ -9,6 +9,7 @@ from keras_selfattn.data.music import event_id_ranges, events_to_note_sequence, 
 from keras_selfattn.data.music.melody import (
     WINDOW_STEPS,
     event_steps,
+    melody_notes_sounding,
     melody_window,
     notes_to_events,
     performance_notes,
@@ -123,6 +124,17 @@ def test_the_melody_window_is_the_melody_in_the_time_span_of_the_crop(start, sto
         event for index, event in enumerate(melody.tolist()) if first <= sum(melody_shifts[:index]) <= last
     ]
     assert melody_window(melody, events, start, stop).tolist() == expected
+
+
+def test_melody_notes_sounding_counts_the_melody_notes_the_performance_plays():
+    melody = _reference_events(LINE, 530)
+    # The chords, the first melody note a step late, the third one not at all.
+    played = _reference_events(CHORDS + [(72, 1, 50), (74, 50, 100), (79, 340, 360), (77, 400, 450)], 600)
+    assert melody_notes_sounding(melody, played) == {"melody_notes": 5, "sounding": 3, "share": 0.6}
+    assert melody_notes_sounding(melody, played, from_step=60) == {"melody_notes": 3, "sounding": 1, "share": 1 / 3}
+    # A performance that ends at step 360 is judged on the notes begun before then.
+    assert melody_notes_sounding(melody, played[: played.index(OFF + 79 - MIN_PITCH)])["melody_notes"] == 4
+    assert melody_notes_sounding(melody, played, from_step=600)["share"] is None
 
 
 def test_no_notes_no_melody_and_bad_events_are_errors():

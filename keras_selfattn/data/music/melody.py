@@ -187,3 +187,23 @@ def melody_window(melody, performance, start, stop, min_pitch=MIN_PITCH, max_pit
     first = np.searchsorted(melody_steps, performance_steps[start], side="left")
     last = np.searchsorted(melody_steps, performance_steps[stop - 1], side="right")
     return melody[first:last].astype("int32")
+
+
+def melody_notes_sounding(melody, performance, from_step=0, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """How much of a melody a performance plays: of the melody's notes that
+    start at or after `from_step` and before the performance ends, those
+    during which the performance sounds a note of the same pitch (their
+    spans overlap).
+
+    Returns:
+        `{"melody_notes": n, "sounding": k, "share": k / n}` (`share` is
+        `None` when `n` is 0).
+    """
+    end = total_steps(performance, min_pitch, max_pitch)
+    played = performance_notes(performance, min_pitch, max_pitch)
+    wanted = [note for note in performance_notes(melody, min_pitch, max_pitch) if from_step <= note[1] < end]
+    sounding = sum(
+        any(pitch == other and start < other_end and other_start < stop for other, other_start, other_end in played)
+        for pitch, start, stop in wanted
+    )
+    return {"melody_notes": len(wanted), "sounding": sounding, "share": sounding / len(wanted) if wanted else None}

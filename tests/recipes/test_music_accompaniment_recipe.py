@@ -1,0 +1,141 @@
+"""recipes/music_accompaniment.py end to end at a tiny size on a small folder
+of MIDI files: every output, both models' held-out NLL against a plain numpy
+computation over melodies found here, the melody shares, --evaluate_only."""
+
+import math
+import shutil
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import recipe_checks
+from recipes import music_accompaniment
+from test_music_recipe import _performance
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.backends("tensorflow", reason="tf.data pipeline"),
+]
+
+SEQUENCE_LENGTH = 32
+FILES = {"a.mid": "train", "b.mid": "train", "c.mid": "test"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """`(argv, model_dir, report, printed)` of a tiny run."""
+    folder = tmp_path_factory.mktemp("midi")
+    for index, name in enumerate(FILES):
+        _performance(folder / name, root=55 + 3 * index)
+    rows = [f"Composer,Piece {name},{split},2018,{name},{name}.wav,14.0" for name, split in FILES.items()]
+    header = "canonical_composer,canonical_title,split,year,midi_filename,audio_filename,duration"
+    (folder / "maestro-v3.0.0.csv").write_text("\n".join([header] + rows) + "\n")
+    model_dir = tmp_path_factory.mktemp("run")
+    argv = [
+        "--midi_dir", str(folder), "--data_dir", str(tmp_path_factory.mktemp("data")),
+        "--sequence_length", str(SEQUENCE_LENGTH), "--batch_size", "4", "--epochs", "2",
+        "--steps_per_epoch", "3", "--primer_events", "8", "--generate_events", "40", "--verbose", "0",
+        "--seed", "3",
+    ]
+    report, printed = recipe_checks.run_recipe(music_accompaniment.main, [*argv, "--model_dir", str(model_dir)])
+    return argv, model_dir, report, printed
+
+
+def test_help_explains_every_flag():
+    parser = music_accompaniment.build_parser()
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help text"
+    text = parser.format_help()
+    assert text.startswith("usage:") and "Melody-conditioned Music Transformer against" in text
+    for flag in ("--midi_dir", "--preset", "--sequence_length", "--eval_chunks", "--note_state", "--generate_events"):
+        assert flag in text
+
+
+def test_the_run_writes_every_output_and_lists_it(run):
+    _, model_dir, report, printed = run
+    for name in (
+        "melody_conditioned.keras", "unconditioned.keras", "accompaniment.mid", "melody.mid",
+        "unconditioned.mid", "piano_roll.png", "report.json",
+    ):
+        assert (model_dir / name).is_file(), name
+    listing = printed[printed.index("written:"):].splitlines()[1:]
+    assert len(listing) >= 10
+    for line in listing:
+        assert Path(line.split()[-1]).exists(), line
+    assert "held-out NLL per event, melody_conditioned:" in printed
+    assert "held-out NLL per event, unconditioned:" in printed
+    assert recipe_checks.read_report(model_dir)["held_out_nll_per_event"] == report["held_out_nll_per_event"]
+    recipe_checks.assert_report_records_the_scored_model(model_dir, "melody_conditioned")
+    for name in ("melody_conditioned", "unconditioned"):
+        assert len(report["training"][name]["loss"]) == 2  # equal steps: 2 epochs of 3
+    assert report["parameters"]["melody_conditioned"] > report["parameters"]["unconditioned"]
+
+
+def _nll(logits, targets):
+    logits = logits.astype("float64")
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return -np.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
+
+
+def test_held_out_nll_of_both_models_matches_numpy(run):
+    from keras_selfattn.data import music as music_data
+
+    argv, model_dir, report, _ = run
+    nll = report["held_out_nll_per_event"]
+    events = music_data.midi_to_events(Path(argv[1]) / "c.mid")
+    melody = music_data.melody_events(events)
+    length = SEQUENCE_LENGTH + 1
+    starts = range(0, len(events) - length + 1, length)
+    chunks = np.stack([events[start : start + length] for start in starts])
+    melodies = np.zeros((len(chunks), SEQUENCE_LENGTH), "int32")
+    for row, start in enumerate(starts):
+        window = music_data.melody.melody_window(melody, events, start, start + length)[:SEQUENCE_LENGTH]
+        melodies[row, : len(window)] = window
+    assert nll["chunks"] == len(chunks) > 2 and (melodies != 0).sum() > len(chunks)
+
+    conditioned = keras.models.load_model(model_dir / "melody_conditioned.keras")
+    logits = keras.ops.convert_to_numpy(conditioned({"melody": melodies, "tokens": chunks[:, :-1]}))
+    np.testing.assert_allclose(nll["melody_conditioned"], _nll(logits, chunks[:, 1:]), rtol=1e-4)
+    unconditioned = keras.models.load_model(model_dir / "unconditioned.keras")
+    logits = keras.ops.convert_to_numpy(unconditioned(chunks[:, :-1]))
+    np.testing.assert_allclose(nll["unconditioned"], _nll(logits, chunks[:, 1:]), rtol=1e-4)
+    for name in ("melody_conditioned", "unconditioned"):
+        assert nll[name] < math.log(music_data.MUSIC_VOCABULARY_SIZE)
+
+
+def test_the_accompaniment_plays_to_the_held_out_melody(run):
+    from keras_selfattn.data import music as music_data
+    from keras_selfattn.data.music.melody import melody_notes_sounding, melody_window, performance_notes, total_steps
+
+    argv, model_dir, report, _ = run
+    accompaniment = report["accompaniment"]
+    events = music_data.midi_to_events(Path(argv[1]) / "c.mid")
+    melody = melody_window(music_data.melody_events(events), events, 0, 8 + 40)[:SEQUENCE_LENGTH]
+    assert 0 < len(melody) == accompaniment["melody_events"] and accompaniment["primer_events"] == 8
+    # The MIDI files hold the notes (a velocity event comes in, the trailing time shifts go).
+    assert performance_notes(music_data.midi_to_events(model_dir / "melody.mid")) == performance_notes(melody)
+    played = music_data.midi_to_events(model_dir / "accompaniment.mid")
+    expected = melody_notes_sounding(melody, played, from_step=total_steps(events[:8]))
+    assert accompaniment["melody_conditioned"] == expected and expected["melody_notes"] > 0
+    for name in ("melody_conditioned", "unconditioned"):
+        counts = accompaniment[name]
+        assert 0 <= counts["sounding"] <= counts["melody_notes"]
+        assert counts["share"] is None or counts["share"] == counts["sounding"] / counts["melody_notes"]
+
+
+def test_evaluate_only_reproduces_the_held_out_figures(run, tmp_path):
+    argv, model_dir, report, _ = run
+    fresh_dir = tmp_path / "again"
+    fresh_dir.mkdir()
+    for name in ("melody_conditioned.keras", "unconditioned.keras"):
+        shutil.copy(model_dir / name, fresh_dir / name)
+    again, printed = recipe_checks.run_recipe(
+        music_accompaniment.main, [*argv, "--model_dir", str(fresh_dir), "--evaluate_only"]
+    )
+    assert printed.count("--evaluate_only: loading") == 2
+    assert again["training"] == {"melody_conditioned": None, "unconditioned": None}
+    assert again["held_out_nll_per_event"] == pytest.approx(report["held_out_nll_per_event"])
+    assert again["accompaniment"] == report["accompaniment"]
