@@ -20,7 +20,8 @@ performance's melody), `melody.mid` (the melody), `unconditioned.mid` (the
 unconditioned model continuing the same primer), `piano_roll.png` (melody
 and accompaniment); `report.json` with the share of the melody's notes
 after the primer that sound in each model's output; both trained `.keras`
-models, checkpoints and TensorBoard logs.
+models, checkpoints and TensorBoard logs. A killed run started again with
+the same flags resumes where it stopped.
 
     python recipes/music_accompaniment.py --model_dir runs/accompaniment --preset tiny --epochs 5
 """
@@ -198,7 +199,8 @@ def build_model(args, music_data, name):
 
 def train(args, run, music_data, pieces, callbacks):
     """`{name: (model, history)}` of both models, trained on the same crops
-    for the same steps (or loaded with `--evaluate_only`)."""
+    for the same steps (or loaded with `--evaluate_only`). A run killed while
+    training the second model resumes it from its backup when started again."""
     models = {}
     dataset = training_dataset(args, music_data, pieces)
     for name in (CONDITIONED, UNCONDITIONED):
@@ -214,6 +216,12 @@ def train(args, run, music_data, pieces, callbacks):
             data = dataset if name == CONDITIONED else dataset.map(lambda inputs, targets: (inputs["tokens"], targets))
             return model, run.fit(model, data, callbacks=callbacks)
 
+        if not args.evaluate_only and run.has_backup() and run.saved_model_path(name).is_file():
+            # A killed run saved this model, then stopped training the next one,
+            # whose epochs the backup holds: keep this one, resume that one.
+            run.log(f"{name} was trained and saved before the run stopped: loading {run.saved_model_path(name)}")
+            models[name] = (keras.saving.load_model(run.saved_model_path(name)), run.saved_history(name))
+            continue
         models[name] = run.trained_or_saved(name, fit)
     return models
 

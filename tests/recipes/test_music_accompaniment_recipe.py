@@ -139,3 +139,28 @@ def test_evaluate_only_reproduces_the_held_out_figures(run, tmp_path):
     assert again["training"] == {"melody_conditioned": None, "unconditioned": None}
     assert again["held_out_nll_per_event"] == pytest.approx(report["held_out_nll_per_event"])
     assert again["accompaniment"] == report["accompaniment"]
+
+
+class _KillTheSecondModel(keras.callbacks.Callback):
+    """Fails like a crash at the end of the second model's first epoch (after its backup)."""
+
+    fits = 0
+
+    def on_train_begin(self, logs=None):
+        type(self).fits += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if type(self).fits == 2:
+            raise RuntimeError("killed in the second model's training")
+
+
+def test_a_run_killed_in_the_second_models_training_resumes_it(run, tmp_path):
+    argv = [*run[0], "--model_dir", str(tmp_path)]
+    with pytest.raises(RuntimeError, match="killed in the second model"):
+        recipe_checks.run_recipe(music_accompaniment.main, argv, callbacks=[_KillTheSecondModel()])
+    assert (tmp_path / "melody_conditioned.keras").is_file() and (tmp_path / "backup").is_dir()
+    again, printed = recipe_checks.run_recipe(music_accompaniment.main, argv)
+    assert "melody_conditioned was trained and saved before the run stopped" in printed
+    assert "continuing at epoch 2 of 2" in printed
+    assert again["run"]["resumed_from_epoch"] == 1 and not (tmp_path / "backup").exists()
+    assert again["held_out_nll_per_event"]["unconditioned"] < math.log(310)
