@@ -164,7 +164,9 @@ def held_out_chunks(args, music_data, pieces):
     + 1` events of each held-out performance (`evaluation_chunks`), at most
     `--eval_chunks` evenly spread, and each chunk's melody."""
     length = args.sequence_length + 1
-    places = [(index, start) for index, (events, _) in enumerate(pieces) for start in range(0, len(events) - length + 1, length)]
+    places = [
+        (index, start) for index, (events, _) in enumerate(pieces) for start in range(0, len(events) - length + 1, length)
+    ]
     if args.eval_chunks and len(places) > args.eval_chunks:
         places = [places[i] for i in np.linspace(0, len(places) - 1, args.eval_chunks).round().astype(int)]
     chunks = np.array([pieces[index][0][start : start + length] for index, start in places], "int32")
@@ -235,7 +237,9 @@ def evaluate(args, run, models, music_data, held_out):
     """Both models' held-out NLL per event on the same chunks."""
     melodies, chunks = held_out_chunks(args, music_data, held_out)
     if not len(chunks):
-        raise harness.UsageError(f"no held-out performance holds --sequence_length + 1 = {args.sequence_length + 1} events")
+        raise harness.UsageError(
+            f"no held-out performance holds --sequence_length + 1 = {args.sequence_length + 1} events"
+        )
     report = {"length": args.sequence_length, "chunks": int(len(chunks))}
     for name, (model, _) in models.items():
         inputs = {"melody": melodies, "tokens": chunks[:, :-1]} if name == CONDITIONED else chunks[:, :-1]
