@@ -315,6 +315,8 @@ def accompany(args, run, models, music_data, held_out):
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict."""
     args = build_parser().parse_args(argv)
+    if args.export_dir:
+        raise harness.UsageError("--export_dir: the melody-conditioned model has no serving signatures yet")
     run = harness.start(args, recipe="music_accompaniment")
     from keras_selfattn.data import music as music_data
 

@@ -53,6 +53,12 @@ def test_help_explains_every_flag():
         assert flag in text
 
 
+def test_export_is_refused_before_any_work(tmp_path):
+    with pytest.raises(music_accompaniment.harness.UsageError, match="--export_dir: the melody-conditioned model"):
+        music_accompaniment.main(["--model_dir", str(tmp_path / "run"), "--export_dir", str(tmp_path / "export")])
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_run_writes_every_output_and_lists_it(run):
     _, model_dir, report, printed = run
     for name in (
