@@ -6,7 +6,7 @@ from keras import ops
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import check_sampling_arguments, choose_tokens, resolve_seed
-from keras_selfattn.generation.sequences import _int_tokens, extend_sequence
+from keras_selfattn.generation.sequences import int_tokens, extend_sequence
 from keras_selfattn.layers.argument_checks import check_length
 
 
@@ -47,8 +47,8 @@ def generate_accompaniment(
 @graph_when_eager
 def _accompany(model, melody, primer, max_new_tokens, *, temperature, top_k, top_p, seed, note_rules):
     check_sampling_arguments(temperature, top_k, top_p)
-    melody = _int_tokens("melody", melody, static_length=False)
-    primer = _int_tokens("primer", primer)
+    melody = int_tokens("melody", melody, static_length=False)
+    primer = int_tokens("primer", primer)
     batch_sizes = melody.shape[0], primer.shape[0]
     if None not in batch_sizes and batch_sizes[0] != batch_sizes[1]:
         raise ValueError(

@@ -63,7 +63,7 @@ def _continue_sequence(
     model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_rules
 ):
     check_sampling_arguments(temperature, top_k, top_p)
-    primer = _int_tokens("primer", primer)
+    primer = int_tokens("primer", primer)
     width = primer.shape[1]
     limit = model.max_length
     if limit is not None and width > limit:
@@ -256,7 +256,7 @@ def _generate_translation(
 ):
     """The body of `TranslationTransformer.generate`."""
     check_sampling_arguments(temperature, top_k, top_p)
-    source_tokens = _int_tokens("source_tokens", source_tokens, static_length=False)
+    source_tokens = int_tokens("source_tokens", source_tokens, static_length=False)
     check_length("max_length", max_length, model.max_length)
     vocabulary_size = model.vocabulary_size
     if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocabulary_size:
@@ -311,7 +311,10 @@ def _generate_translation(
     return tokens, log_probability / ((5.0 + ops.cast(length, "float32")) / 6.0) ** alpha
 
 
-def _int_tokens(name, tokens, static_length=True):
+def int_tokens(name, tokens, static_length=True):
+    """`tokens` (argument `name`) as int32 `[batch, length >= 1]`, the
+    length static unless `static_length=False`; a `ValueError` naming the
+    argument otherwise."""
     tokens = ops.convert_to_tensor(tokens)
     dtype = keras.backend.standardize_dtype(tokens.dtype)
     length = tokens.shape[1] if len(tokens.shape) == 2 else 0
