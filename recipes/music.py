@@ -317,8 +317,14 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
 
 def compile_music_model(model, args, pad_id):
     """Adam, cross-entropy and NLL per event that skip padding."""
+    compile_for_events(model, learning_rate(args), pad_id)
+
+
+def compile_for_events(model, learning_rate, pad_id):
+    """Adam at `learning_rate` (a float or a schedule), cross-entropy and
+    NLL per event that skip `pad_id`."""
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate(args), beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
         loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
         metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
     )

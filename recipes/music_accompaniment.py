@@ -43,9 +43,7 @@ import numpy as np  # noqa: E402
 
 from keras_selfattn.models import (  # noqa: E402
     MELODY_PRESETS,
-    MaskedSparseCategoricalCrossentropy,
     MelodyConditionedMusicTransformer,
-    NegativeLogLikelihoodPerToken,
     music_transformer,
 )
 from recipes import music  # noqa: E402
@@ -191,11 +189,7 @@ def build_model(args, music_data, name):
         )
     else:
         model = music_transformer(size, preset=args.preset, note_event_ids=note_event_ids)
-    model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
-        loss=MaskedSparseCategoricalCrossentropy(pad_id=music_data.PAD_ID),
-        metrics=[NegativeLogLikelihoodPerToken(pad_id=music_data.PAD_ID, name="nll_per_event")],
-    )
+    music.compile_for_events(model, args.learning_rate, music_data.PAD_ID)
     return model
 
 

@@ -3,7 +3,13 @@
 import keras
 from keras import ops
 
-from keras_selfattn.ops.note_state import initial_last_note_events, note_state, note_state_after
+from keras_selfattn.ops.note_state import (
+    initial_last_note_events,
+    note_id_ranges,
+    note_state,
+    note_state_after,
+    time_shift_id_range,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
@@ -89,6 +95,21 @@ class NoteStateEmbedding(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.time_shift_id = time_shift_id
         self.num_time_shifts = num_time_shifts
+
+    @classmethod
+    def from_event_ids(cls, note_event_ids, vocabulary_size, output_dim, timed=False, **kwargs):
+        """The layer for a vocabulary's id ranges
+        (`keras_selfattn.data.music.event_id_ranges()`: `"note_on"`,
+        `"note_off"` and, `timed`, `"time_shift"`), each checked against
+        `vocabulary_size` with a `ValueError` naming `note_event_ids`."""
+        note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocabulary_size)
+        time_shift_id, num_time_shifts = (
+            time_shift_id_range(note_event_ids, vocabulary_size) if timed else (None, None)
+        )
+        return cls(
+            note_on_id, note_off_id, num_pitches, output_dim, time_shift_id=time_shift_id,
+            num_time_shifts=num_time_shifts, **kwargs,
+        )
 
     @property
     def timed(self):

@@ -14,7 +14,6 @@ from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBl
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import check_divisible_width, check_vocabulary_size
 from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
-from keras_selfattn.ops.note_state import note_id_ranges
 
 MELODY_PAD_ID = 0
 
@@ -124,9 +123,8 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
         self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
         self.note_state = None
         if note_event_ids is not None:
-            note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocabulary_size)
-            self.note_state = NoteStateEmbedding(
-                note_on_id, note_off_id, num_pitches, hidden_dim, name="note_state"
+            self.note_state = NoteStateEmbedding.from_event_ids(
+                note_event_ids, vocabulary_size, hidden_dim, name="note_state"
             )
         self.target_position = SinusoidalPositionEncoding(name="target_position") if timing_signal else None
         self.decoder_blocks = [

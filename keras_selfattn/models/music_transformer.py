@@ -20,7 +20,6 @@ from keras_selfattn.models.config import (
 )
 from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
-from keras_selfattn.ops.note_state import note_id_ranges, time_shift_id_range
 from keras_selfattn.ops.segment_memory import memory_mask, next_memory, slide_caches
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
@@ -153,13 +152,8 @@ class MusicTransformer(SequenceTransformer):
         self.target_embedding = keras.layers.Embedding(vocabulary_size, hidden_dim, name="target_embedding")
         self.note_state = None
         if note_event_ids is not None:
-            note_on_id, note_off_id, num_pitches = note_id_ranges(note_event_ids, vocabulary_size)
-            time_shift_id, num_time_shifts = (
-                time_shift_id_range(note_event_ids, vocabulary_size) if timed_note_state else (None, None)
-            )
-            self.note_state = NoteStateEmbedding(
-                note_on_id, note_off_id, num_pitches, hidden_dim, time_shift_id=time_shift_id,
-                num_time_shifts=num_time_shifts, name="note_state",
+            self.note_state = NoteStateEmbedding.from_event_ids(
+                note_event_ids, vocabulary_size, hidden_dim, timed=timed_note_state, name="note_state"
             )
         self.target_position = None
         if timing_signal or attention == "absolute":
