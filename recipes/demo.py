@@ -5,8 +5,8 @@ in the package, and shows relative attention holding past its training length.
    `.keras` file) continues `--primers_per_performance` primers of
    `--primer_events` events from each held-out performance of the embedded
    MAESTRO data by `--generate_events` events, with the decoding the preset
-   was given on validation data (`--temperature` / `--top_p` override it),
-   once per `--seeds` seed. It prints the continuations' note statistics
+   was given on validation data (`--temperature`, `--top_p` and
+   `--min_note_ms` override it), once per `--seeds` seed. It prints the continuations' note statistics
    (median note length, share of notes over 2 s, 95th-percentile polyphony)
    pooled and per performance beside the held-out data's, writes every
    continuation as MIDI and the first as a piano roll.
@@ -85,6 +85,11 @@ def build_parser():
     shipped.add_argument(
         "--top_p", type=harness.probability, default=None, help="nucleus sampling (default: the preset's)"
     )
+    shipped.add_argument(
+        "--min_note_ms", type=harness.non_negative_int, default=None,
+        help="no note-off before a note has sounded this long, rounded to the 10 ms time steps; 0: "
+        "no minimum (default: the preset's)",
+    )
     length = parser.add_argument_group("length")
     length.add_argument(
         "--length_study", choices=("on", "off"), default="on",
@@ -142,6 +147,8 @@ def decoding(args, preset_settings, music_data):
         settings["temperature"] = args.temperature
     if args.top_p is not None:
         settings["top_p"] = args.top_p
+    if args.min_note_ms is not None:
+        settings["min_note_steps"] = round(args.min_note_ms * music_data.STEPS_PER_SECOND / 1000)
     return settings
 
 
@@ -309,7 +316,8 @@ def main(argv=None):
     run.log(
         f"{args.model}: {model.count_params():,} parameters; decoding: temperature "
         f"{settings['temperature']}, top_p {settings['top_p']}, note rules "
-        f"{'on' if settings.get('note_event_ids') else 'off'}"
+        f"{'on' if settings.get('note_event_ids') else 'off'}, minimum note "
+        f"{settings.get('min_note_steps', 0) * 1000 // music_data.STEPS_PER_SECOND} ms"
     )
     rows = continuation_rows(args, run, music_data, model, settings, held_out)
     report = {"model": args.model, "held_out": args.held_out, "decoding": {

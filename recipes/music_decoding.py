@@ -17,8 +17,9 @@ setting. The settings (at `--temperature` unless named):
 - `note rules, top_p 1.0`;
 - `note rules, temp. 0.9` and `0.8`: the rules at a lower temperature.
 
-`--temperatures` and `--top_ps` replace these settings by the grid of
-note-rules settings they span. `--seeds` pools each setting's continuations
+`--temperatures`, `--top_ps` and `--min_note_ms` replace these settings by
+the grid of note-rules settings they span (`--min_note_ms`: no note-off
+before a note has sounded that long, `continue_sequence(min_note_steps=...)`). `--seeds` pools each setting's continuations
 over several sampling seeds. `--held_out validation` reads the validation
 performances instead of the test ones: choose a setting there (the one whose
 worst ratio to the held-out data is smallest is named at the end), then
@@ -80,6 +81,7 @@ class Setting(NamedTuple):
     release_primer: bool  # note-offs appended for the primer's sounding notes
     note_rules: bool
     temperature: float | None = None  # None: --temperature
+    min_note_steps: int = 0  # no note-off before a note has sounded this many time steps
 
 
 SETTINGS = [
@@ -131,18 +133,34 @@ def build_parser():
         "--top_ps", type=harness.probability, nargs="+", default=None,
         help="the grid's top_p values (default: 0.95)",
     )
+    study.add_argument(
+        "--min_note_ms", type=harness.non_negative_int, nargs="+", default=None,
+        help="the grid's minimum note lengths in ms, rounded to the 10 ms time steps (default: 0, none)",
+    )
     return parser
 
 
 def study_settings(args):
-    """SETTINGS, or the note-rules grid of `--temperatures` x `--top_ps`."""
-    if args.temperatures is None and args.top_ps is None:
+    """SETTINGS, or the note-rules grid of `--temperatures` x `--top_ps` x
+    `--min_note_ms`."""
+    if args.temperatures is None and args.top_ps is None and args.min_note_ms is None:
         return SETTINGS
     return [
-        Setting(f"note rules, temp. {temperature:g}, top_p {top_p:g}", top_p, False, True, temperature)
+        Setting(
+            f"note rules, temp. {temperature:g}, top_p {top_p:g}" + (f", min. note {ms} ms" if ms else ""),
+            top_p, False, True, temperature, min_note_steps(ms),
+        )
         for temperature in args.temperatures or [args.temperature]
         for top_p in args.top_ps or [0.95]
+        for ms in args.min_note_ms or [0]
     ]
+
+
+def min_note_steps(milliseconds):
+    """The time steps of the music encoding nearest `milliseconds`."""
+    from keras_selfattn.data import music as music_data
+
+    return round(milliseconds * music_data.STEPS_PER_SECOND / 1000)
 
 
 def worst_ratio(statistics, held_out):
@@ -227,6 +245,7 @@ def continue_all(args, model, music_data, primers, setting, seed):
         temperature=args.temperature if setting.temperature is None else setting.temperature,
         top_p=setting.top_p, seed=seed,
         note_event_ids=music_data.event_id_ranges() if setting.note_rules else None,
+        min_note_steps=setting.min_note_steps,
     )
     tokens = keras.ops.convert_to_numpy(tokens)
     return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]

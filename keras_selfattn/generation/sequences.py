@@ -22,7 +22,7 @@ START_ID = 0
 
 def continue_sequence(
     model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None,
-    note_event_ids=None,
+    note_event_ids=None, min_note_steps=0,
 ):
     """`MusicTransformer.generate` of `model` (a `MusicTransformer`, or a
     plain decoder-only model an earlier version saved): continues each primer
@@ -38,19 +38,25 @@ def continue_sequence(
     """
     return MusicTransformer.from_model(model).generate(
         primer, max_new_tokens, primer_length=primer_length, temperature=temperature, top_k=top_k,
-        top_p=top_p, seed=seed, note_event_ids=note_event_ids,
+        top_p=top_p, seed=seed, note_event_ids=note_event_ids, min_note_steps=min_note_steps,
     )
 
 
 def generate_continuation(
-    model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_event_ids
+    model, primer, max_new_tokens, *, primer_length, temperature, top_k, top_p, seed, note_event_ids,
+    min_note_steps=0,
 ):
     """The body of `MusicTransformer.generate`."""
     if primer_length is not None:
         primer_length = _row_lengths(primer_length, primer)
     note_rules = None
     if note_event_ids is not None:
-        note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
+        note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size, min_note_steps)
+    elif min_note_steps:
+        raise ValueError(
+            "`min_note_steps` needs the note rules: pass `note_event_ids` (with its 'time_shift' "
+            f"range) too. Received: min_note_steps={min_note_steps!r}, note_event_ids=None"
+        )
     with gradients_off():
         return _continue_sequence(
             model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
@@ -129,27 +135,24 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
             # not reach the note state, which carries its past and cannot forget.
             prefill = ops.where(ops.arange(width - 1, dtype="int32")[None, :] < start, prefill, 0)
         _, _, caches = model.call_with_cache(prefill, caches, 0)
-    state = (tokens, caches)
-    if note_rules is not None:
-        state += (note_rules.sounding(tokens, start + 1),)
+    rules_state = () if note_rules is None else note_rules.initial_state(tokens, start + 1)
 
     def step(index, state):
-        tokens, caches, *sounding = state
+        tokens, caches, rules_state = state
         logits, _, caches = model.call_with_cache(_column(tokens, index), caches, index)
         logits = logits[:, -1]
         if note_rules is not None:
-            logits = note_rules.mask_logits(logits, sounding[0])
+            logits = note_rules.mask_logits(logits, rules_state)
         chosen = choose(logits, index)
         if primer_length is not None:
             in_primer = index + 1 < primer_length
             chosen = ops.where(in_primer, ops.take(tokens, index + 1, axis=1), chosen)
-        state = (_write_column(tokens, index + 1, chosen), caches)
         if note_rules is not None:
-            state += (note_rules.after(sounding[0], chosen),)
-        return state
+            rules_state = note_rules.after(rules_state, chosen)
+        return _write_column(tokens, index + 1, chosen), caches, rules_state
 
     with cache_writes_in_place():
-        state = (state[0], owned_caches(state[1])) + state[2:]
+        state = (tokens, owned_caches(caches), rules_state)
         return ops.fori_loop(start, total_length - 1, step, state)[0]
 
 

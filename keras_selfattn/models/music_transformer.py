@@ -276,7 +276,7 @@ class MusicTransformer(SequenceTransformer):
 
     def generate(
         self, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0,
-        seed=None, note_event_ids=None,
+        seed=None, note_event_ids=None, min_note_steps=0,
     ):
         """Continues each primer with `max_new_tokens` tokens.
 
@@ -307,6 +307,10 @@ class MusicTransformer(SequenceTransformer):
                 only a silent one (what sounds is read from the primer, then
                 followed), the other events' logits as they were. `None`: no
                 rule.
+            min_note_steps: with `note_event_ids` (and their `"time_shift"`
+                range), a pitch may be released only once the time shifts
+                since its note-on add up to at least this many steps (10 ms
+                each for `keras_selfattn.data.music`). 0: no minimum.
 
         Returns:
             int32 `[batch, primer_length + max_new_tokens]`: the primer, then
@@ -321,13 +325,15 @@ class MusicTransformer(SequenceTransformer):
                 (list or numpy array) that is not `[batch]` lengths in `[1,
                 primer.shape[1]]`, sampling settings out of range, or
                 `note_event_ids` that are not two ranges of one size in the
-                vocabulary.
+                vocabulary, or a `min_note_steps` that is not an integer >=
+                0 or is given without `note_event_ids` and their time shifts.
         """
         from keras_selfattn.generation.sequences import generate_continuation
 
         return generate_continuation(
             self, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,
             top_k=top_k, top_p=top_p, seed=seed, note_event_ids=note_event_ids,
+            min_note_steps=min_note_steps,
         )
 
     def serving_endpoints(self, options):

@@ -51,11 +51,12 @@ def study(inputs):
 
 @pytest.fixture(scope="module")
 def grid(inputs):
-    """A grid of two temperatures and two top_p on the validation file, two seeds pooled."""
+    """A grid of two temperatures, two top_p and two minimum note lengths on
+    the validation file, two seeds pooled."""
     root, argv = inputs
     report, printed = _run_study([
         *argv, "--model_dir", str(root / "grid"), "--held_out", "validation",
-        "--temperatures", "0.5", "1.5", "--top_ps", "0.6", "1.0", "--seeds", "3", "4",
+        "--temperatures", "0.5", "1.5", "--top_ps", "0.6", "1.0", "--min_note_ms", "0", "54", "--seeds", "3", "4",
     ])
     return root, report, printed
 
@@ -140,8 +141,8 @@ def test_a_grid_on_the_validation_file_pools_its_seeds(inputs, grid):
 
     root, report, printed = grid
     assert list(report["settings"]) == [
-        "note rules, temp. 0.5, top_p 0.6", "note rules, temp. 0.5, top_p 1",
-        "note rules, temp. 1.5, top_p 0.6", "note rules, temp. 1.5, top_p 1",
+        f"note rules, temp. {temperature}, top_p {top_p}{minimum}"
+        for temperature in ("0.5", "1.5") for top_p in ("0.6", "1") for minimum in ("", ", min. note 54 ms")
     ]
     assert report["seeds"] == [3, 4]
     files = music_data.find_midi_files(root / "midi")
@@ -151,15 +152,18 @@ def test_a_grid_on_the_validation_file_pools_its_seeds(inputs, grid):
         music_decoding.build_parser().parse_args([*inputs[1], "--model_dir", str(root / "grid")]), validation
     )
     model = music_decoding.keras.models.load_model(root / "music.keras")
-    pieces = [
-        np.asarray(continue_sequence(
-            model, np.stack([w[:24] for w in windows]), 64, temperature=1.5, top_p=0.6, seed=seed,
-            note_event_ids=music_data.event_id_ranges(),
-        ))
-        for seed in (3, 4)
-    ]
-    expected = music_data.performance_statistics(list(np.concatenate(pieces)), starts=[24] * 6)
-    assert report["settings"]["note rules, temp. 1.5, top_p 0.6"] == expected
+    plain, minimum = "note rules, temp. 1.5, top_p 0.6", "note rules, temp. 1.5, top_p 0.6, min. note 54 ms"
+    for min_note_steps, name in [(0, plain), (5, minimum)]:
+        pieces = [
+            np.asarray(continue_sequence(
+                model, np.stack([w[:24] for w in windows]), 64, temperature=1.5, top_p=0.6, seed=seed,
+                note_event_ids=music_data.event_id_ranges(), min_note_steps=min_note_steps,
+            ))
+            for seed in (3, 4)
+        ]
+        expected = music_data.performance_statistics(list(np.concatenate(pieces)), starts=[24] * 6)
+        assert report["settings"][name] == expected, name
+    assert report["settings"][minimum] != report["settings"][plain]
 
 
 def test_the_closest_setting_has_the_smallest_worst_ratio(grid):
