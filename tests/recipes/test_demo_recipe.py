@@ -124,11 +124,21 @@ def test_the_shipped_preset_continues_with_its_own_decoding(inputs):
     settings = presets.TRAINED_PRESETS["maestro_small"].generation
     assert report["model"] == "maestro_small"
     assert report["decoding"] == {
-        "temperature": settings["temperature"], "top_p": settings["top_p"], "note_rules": True
+        "temperature": settings["temperature"], "top_p": settings["top_p"],
+        "min_note_steps": settings["min_note_steps"], "note_rules": True,
     }
     assert "length_study" not in report
     # 2 primers from each of the 2 test files, by the default seeds 0 and 1
     assert report["continuations"][-1]["continuations"] == 2 * 2 * 2
+
+
+def test_flags_override_the_presets_decoding():
+    preset = {"temperature": 0.95, "top_p": 1.0, "min_note_steps": 5}
+    parse = demo.build_parser().parse_args
+    kept = demo.decoding(parse(["--model_dir", "out"]), preset, music_data)
+    assert kept == {**preset, "note_event_ids": music_data.event_id_ranges()}
+    changed = demo.decoding(parse(["--model_dir", "out", "--min_note_ms", "34", "--top_p", "0.9"]), preset, music_data)
+    assert (changed["temperature"], changed["top_p"], changed["min_note_steps"]) == (0.95, 0.9, 3)
 
 
 @pytest.mark.parametrize(
