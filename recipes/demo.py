@@ -6,10 +6,11 @@ in the package, and shows relative attention holding past its training length.
    `--primer_events` events from each held-out performance of the embedded
    MAESTRO data by `--generate_events` events, with the decoding the preset
    was given on validation data (`--temperature`, `--top_p` and
-   `--min_note_ms` override it), once per `--seeds` seed. It prints the continuations' note statistics
-   (median note length, share of notes over 2 s, 95th-percentile polyphony)
-   pooled and per performance beside the held-out data's, writes every
-   continuation as MIDI and the first as a piano roll.
+   `--min_note_ms` override it), once per `--seeds` seed. It prints the
+   continuations' note statistics (median note length, share of notes over
+   2 s, 95th-percentile polyphony) pooled and per performance beside the
+   held-out data's, writes every continuation as MIDI and the first as a
+   piano roll.
 2. Length (`--length_study on`). Trains a tiny Music Transformer with
    relative attention and no absolute timing signal for `--training_steps`
    steps on `--sequence_length` (256) event crops, and beside it (`--contrast on`) the same model
@@ -148,7 +149,7 @@ def decoding(args, preset_settings, music_data):
     if args.top_p is not None:
         settings["top_p"] = args.top_p
     if args.min_note_ms is not None:
-        settings["min_note_steps"] = round(args.min_note_ms * music_data.STEPS_PER_SECOND / 1000)
+        settings["min_note_steps"] = music.min_note_steps(args.min_note_ms)
     return settings
 
 

@@ -421,6 +421,14 @@ def note_event_ids(args, music_data):
     return music_data.event_id_ranges() if args.note_rules == "on" else None
 
 
+def min_note_steps(milliseconds):
+    """`continue_sequence`'s `min_note_steps` for a minimum note length in
+    ms: the encoding's 10 ms time steps nearest it."""
+    from keras_selfattn.data import music as music_data
+
+    return round(milliseconds * music_data.STEPS_PER_SECOND / 1000)
+
+
 def continue_primer(args, run, model, music_data, held_out):
     """Primes with the start of the longest held-out performance and samples."""
     from keras_selfattn.generation import continue_sequence

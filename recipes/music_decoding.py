@@ -19,11 +19,12 @@ setting. The settings (at `--temperature` unless named):
 
 `--temperatures`, `--top_ps` and `--min_note_ms` replace these settings by
 the grid of note-rules settings they span (`--min_note_ms`: no note-off
-before a note has sounded that long, `continue_sequence(min_note_steps=...)`). `--seeds` pools each setting's continuations
-over several sampling seeds. `--held_out validation` reads the validation
-performances instead of the test ones: choose a setting there (the one whose
-worst ratio to the held-out data is smallest is named at the end), then
-score that one setting on the test performances.
+before a note has sounded that long, `continue_sequence(min_note_steps=...)`).
+`--seeds` pools each setting's continuations over several sampling seeds.
+`--held_out validation` reads the validation performances instead of the
+test ones: choose a setting there (the one whose worst ratio to the held-out
+data is smallest, ties to the smallest mean log ratio, is named at the end),
+then score that one setting on the test performances.
 
 The study trains nothing: it only evaluates `--model`, so `--evaluate_only`
 changes nothing here.
@@ -148,19 +149,13 @@ def study_settings(args):
     return [
         Setting(
             f"note rules, temp. {temperature:g}, top_p {top_p:g}" + (f", min. note {ms} ms" if ms else ""),
-            top_p, False, True, temperature, min_note_steps(ms),
+            top_p, False, True, temperature, music.min_note_steps(ms),
         )
         for temperature in args.temperatures or [args.temperature]
         for top_p in args.top_ps or [0.95]
         for ms in args.min_note_ms or [0]
     ]
 
-
-def min_note_steps(milliseconds):
-    """The time steps of the music encoding nearest `milliseconds`."""
-    from keras_selfattn.data import music as music_data
-
-    return round(milliseconds * music_data.STEPS_PER_SECOND / 1000)
 
 
 def worst_ratio(statistics, held_out):
