@@ -77,16 +77,17 @@ def test_every_setting_is_tabled_written_and_reported(study):
 
 def test_the_rules_hold_only_where_the_setting_has_them(study):
     _, report, _ = study
-    for name, _, _, note_rules, _ in music_decoding.SETTINGS:
+    for setting in music_decoding.SETTINGS:
+        name = setting.name
         statistics = report["settings"][name]
-        if note_rules:
+        if setting.note_rules:
             assert statistics["share_of_note_ons_on_a_sounding_pitch"] == 0.0, name
             # Every note-off closes a sounding note (a share of 0.0 would also
             # be what no closing note-off at all gives, so there must be some).
             assert statistics["note_offs"] > 0, name
             assert statistics["share_of_note_offs_closing_a_note"] == 1.0, name
     # An untrained model breaks them when nothing stops it.
-    free = [report["settings"][name] for name, _, _, note_rules, _ in music_decoding.SETTINGS if not note_rules]
+    free = [report["settings"][setting.name] for setting in music_decoding.SETTINGS if not setting.note_rules]
     assert max(s["share_of_note_ons_on_a_sounding_pitch"] for s in free) > 0
     assert min(s["share_of_note_offs_closing_a_note"] for s in free) < 1
 
