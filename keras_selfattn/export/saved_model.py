@@ -24,7 +24,7 @@ FAMILY_CLASSES = (
 
 def export_for_serving(
     model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None,
-    note_event_ids=None, directions=None,
+    note_event_ids=None, directions=None, min_note_steps=0,
 ):
     """Writes `model` with its generation signatures to `export_base/name/version/`.
 
@@ -106,6 +106,9 @@ def export_for_serving(
         note_event_ids: music only: the note-on and note-off id ranges
             (`keras_selfattn.data.music.event_id_ranges()`); `generate` then
             keeps `continue_sequence`'s note rules on every row.
+        min_note_steps: music with `note_event_ids` only: `generate` also
+            keeps `continue_sequence`'s minimum note length (e.g. a trained
+            preset's `model.generation_settings["min_note_steps"]`); 0: none.
         directions: translation with a `tokenizer` only: for a model trained
             on several directions, a dict of each direction's name to the
             text its sources start with, e.g. `{"forward": "<forward> ",
@@ -128,7 +131,9 @@ def export_for_serving(
             f"backend. Received: the {keras.backend.backend()!r} backend"
         )
     _check_name(name)
-    options = ServingOptions(tokenizer, beam_size, alpha, max_length, note_event_ids, directions)
+    options = ServingOptions(
+        tokenizer, beam_size, alpha, max_length, note_event_ids, directions, min_note_steps or None
+    )
     endpoints, resources = _family_model(model).serving_endpoints(options)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)

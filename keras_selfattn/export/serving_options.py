@@ -7,7 +7,9 @@ import os
 from keras_selfattn.layers.argument_checks import check_length
 
 # Which family each option belongs to, named when another family gets it.
-_OPTION_OWNERS = {"tokenizer": "translation", "directions": "translation", "note_event_ids": "music"}
+_OPTION_OWNERS = {
+    "tokenizer": "translation", "directions": "translation", "note_event_ids": "music", "min_note_steps": "music",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +22,7 @@ class ServingOptions:
     max_length: int = None
     note_event_ids: dict = None
     directions: dict = None
+    min_note_steps: int = None
 
     def refuse_others(self, family, *accepted):
         """`ValueError` for a family option given to another family's model."""

@@ -339,17 +339,25 @@ class MusicTransformer(SequenceTransformer):
     def serving_endpoints(self, options):
         """`export_for_serving`'s signatures: `serving_default` (the forward
         pass) and `generate` (`generate` per row, with the note rules of
-        `options.note_event_ids`), primer and new tokens up to
+        `options.note_event_ids` and the minimum note length of
+        `options.min_note_steps`), primer and new tokens up to
         `options.max_length` (2048 by default)."""
         from keras_selfattn.export import sequence_signatures
         from keras_selfattn.export.serving_options import forward_endpoint
         from keras_selfattn.generation.note_rules import NoteRules
 
-        options.refuse_others("music", "note_event_ids")
+        options.refuse_others("music", "note_event_ids", "min_note_steps")
         max_length = options.length_for(self, 2048)
         note_rules = None
         if options.note_event_ids is not None:
-            note_rules = NoteRules.from_event_ids(options.note_event_ids, self.vocabulary_size)
+            note_rules = NoteRules.from_event_ids(
+                options.note_event_ids, self.vocabulary_size, options.min_note_steps or 0
+            )
+        elif options.min_note_steps is not None:
+            raise ValueError(
+                "`min_note_steps` needs the note rules: pass `note_event_ids` too. "
+                f"Received: min_note_steps={options.min_note_steps!r}, note_event_ids=None"
+            )
         generate = sequence_signatures.generate_endpoint(self, max_length, note_rules)
         return [forward_endpoint(self, "logits"), generate], []
 

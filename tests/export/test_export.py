@@ -168,23 +168,27 @@ def test_a_short_primer_may_ask_for_what_the_longest_may_not(music):
     assert outputs["tokens"].shape == (3, limit)
 
 
-def test_generate_keeps_the_note_rules_it_was_exported_with(music, export_base):
+@pytest.mark.parametrize("min_note_steps", [0, 3])
+def test_generate_keeps_the_note_rules_it_was_exported_with(music, export_base, min_note_steps):
     from tests.generation.test_note_rules import NOTE_EVENT_IDS, _breaks_the_rules
 
     model, _, _ = music
-    path = export_for_serving(model, export_base, name="music_rules", max_length=16, note_event_ids=NOTE_EVENT_IDS)
+    path = export_for_serving(
+        model, export_base, name=f"music_rules_{min_note_steps}", max_length=16, note_event_ids=NOTE_EVENT_IDS,
+        min_note_steps=min_note_steps,
+    )
     inputs = _generate_inputs(
         primer=np.array([[2, 3, 10], [4, 11, 8], [5, 9, 12]], "int32"), max_new_tokens=np.array([13, 9, 11], "int32")
     )
     ruled = _call(tf.saved_model.load(path), "generate", **inputs)["tokens"]
     free = _call(music[1], "generate", **inputs)["tokens"]
-    assert any(_breaks_the_rules(row, 3) for row in free)  # what the rules are there to stop
+    assert any(_breaks_the_rules(row, 3, min_note_steps) for row in free)  # what the rules are there to stop
     for row in range(3):
         count = int(inputs["max_new_tokens"][row])
         expected = continue_sequence(
             model, inputs["primer"][row : row + 1], count, temperature=float(inputs["temperature"][row]),
             top_k=int(inputs["top_k"][row]), top_p=float(inputs["top_p"][row]), seed=int(inputs["seed"][row]),
-            note_event_ids=NOTE_EVENT_IDS,
+            note_event_ids=NOTE_EVENT_IDS, min_note_steps=min_note_steps,
         )
         np.testing.assert_array_equal(ruled[row, : 3 + count], np.asarray(expected)[0], err_msg=f"row {row}")
 
@@ -220,6 +224,13 @@ def test_note_event_ids_are_for_music_models_only(translation, export_base):
     model = translation[0]
     with pytest.raises(ValueError, match="`note_event_ids` is for music models only"):
         export_for_serving(model, export_base, name="not_music", note_event_ids={"note_on": (2, 5)})
+    with pytest.raises(ValueError, match="`min_note_steps` is for music models only"):
+        export_for_serving(model, export_base, name="not_music", min_note_steps=5)
+
+
+def test_a_minimum_note_length_needs_the_note_rules(music, export_base):
+    with pytest.raises(ValueError, match="`min_note_steps` needs the note rules: pass `note_event_ids`"):
+        export_for_serving(music[0], export_base, name="no_rules", min_note_steps=5)
 
 
 def test_generate_refuses_rows_of_different_batch_sizes(music):
