@@ -216,11 +216,21 @@ def build_parser():
         help="on: each step may release only a sounding pitch and strike only a silent one "
         "(continue_sequence's note_event_ids); off: the model's logits as they are",
     )
+    generation.add_argument(
+        "--min_note_ms", type=harness.non_negative_int, default=0,
+        help="with --note_rules on: no note-off before a note has sounded this long, rounded to the "
+        "10 ms time steps (continue_sequence's min_note_steps; also kept by the exported generate "
+        "signature); 0: no minimum",
+    )
     return parser
 
 
 def parse_args(argv=None):
-    return build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.min_note_ms and args.note_rules == "off":
+        parser.error("--min_note_ms: a minimum note length is one of the note rules; it needs --note_rules on")
+    return args
 
 
 # ------------------------------------------------------------------- data
@@ -421,6 +431,11 @@ def note_event_ids(args, music_data):
     return music_data.event_id_ranges() if args.note_rules == "on" else None
 
 
+def note_rules(args, music_data):
+    """`continue_sequence`'s (and `export_for_serving`'s) note rules keywords."""
+    return {"note_event_ids": note_event_ids(args, music_data), "min_note_steps": min_note_steps(args.min_note_ms)}
+
+
 def min_note_steps(milliseconds):
     """`continue_sequence`'s `min_note_steps` for a minimum note length in
     ms: the encoding's 10 ms time steps nearest it."""
@@ -438,12 +453,11 @@ def continue_primer(args, run, model, music_data, held_out):
     run.log(
         f"continuing a {primer.shape[1]}-event held-out primer with {args.generate_events} "
         f"events (temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, "
-        f"note rules {args.note_rules}) ..."
+        f"note rules {args.note_rules}, minimum note {args.min_note_ms} ms) ..."
     )
     tokens = continue_sequence(
         model, primer, args.generate_events, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        note_event_ids=note_event_ids(args, music_data),
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, **note_rules(args, music_data),
     )
     return primer[0], keras.ops.convert_to_numpy(tokens)[0]
 
@@ -636,7 +650,7 @@ def main(argv=None, callbacks=()):
             "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
         }
         report["continuation"] = write_continuation(args, run, model, music_data, held_out)
-        run.export(model, NAME, note_event_ids=note_event_ids(args, music_data))
+        run.export(model, NAME, **note_rules(args, music_data))
         report = run.write_report(report, model=model, model_settings=settings)
     run.finish()
     return report

@@ -95,6 +95,7 @@ def short_run(midi_dir, data_dir, tmp_path_factory):
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(model_dir),
         "--export_dir", str(model_dir / "export"), "--primer_events", "40",
         "--generate_events", "48", *TINY, "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
+        "--min_note_ms", "30",
     ]
     interrupt = _Interrupt()
     with pytest.raises(RuntimeError, match="killed after epoch 1"):
@@ -121,6 +122,19 @@ def test_help_explains_every_flag():
         "--export_dir", "--compression_factor",
     ):
         assert flag in text
+
+
+def test_min_note_ms_is_a_note_rule(capsys):
+    from keras_selfattn.data import music as music_data
+
+    args = music.parse_args(["--model_dir", "out", "--min_note_ms", "54"])
+    assert music.note_rules(args, music_data) == {
+        "note_event_ids": music_data.event_id_ranges(), "min_note_steps": 5
+    }
+    with pytest.raises(SystemExit) as raised:
+        music.parse_args(["--model_dir", "out", "--min_note_ms", "50", "--note_rules", "off"])
+    assert raised.value.code == 2
+    assert "--min_note_ms: a minimum note length is one of the note rules" in capsys.readouterr().err
 
 
 def test_short_run_writes_every_output_and_lists_it(short_run):
@@ -227,14 +241,16 @@ def test_saved_model_serves_the_trained_model(short_run):
     tokens = np.array([[5, 180, 300, 60, 200, 148]], "int32")
     logits = served.signatures["serving_default"](tokens=tf.constant(tokens))["logits"]
     np.testing.assert_allclose(logits.numpy(), keras.ops.convert_to_numpy(model(tokens)), atol=1e-4)
-    # `generate` keeps the recipe's note rules (--note_rules on by default).
+    # `generate` keeps the recipe's note rules (--note_rules on by default) and --min_note_ms 30.
     from keras_selfattn.data import music as music_data
     from keras_selfattn.generation import continue_sequence
 
     rows = {"primer": tokens, "primer_length": [6], "max_new_tokens": [20], "temperature": [1.0], "top_k": [0],
             "top_p": [1.0], "seed": [7]}
     generated = served.signatures["generate"](**{k: tf.constant(v) for k, v in rows.items()})["tokens"]
-    expected = continue_sequence(model, tokens, 20, seed=7, note_event_ids=music_data.event_id_ranges())
+    expected = continue_sequence(
+        model, tokens, 20, seed=7, note_event_ids=music_data.event_id_ranges(), min_note_steps=3
+    )
     np.testing.assert_array_equal(generated.numpy(), keras.ops.convert_to_numpy(expected))
 
 
