@@ -33,6 +33,13 @@ def batch_size_of(inputs):
     return batch_size, checks
 
 
+def checked_request(inputs):
+    """`inputs` (`{name: tensor}`), each computed only once all share the
+    first one's batch size."""
+    _, checks = batch_size_of(inputs)
+    return {name: after(checks, value) for name, value in inputs.items()}
+
+
 def row_status(problems):
     """string `[batch]`: each row's first problem's message, "" for a good row.
 

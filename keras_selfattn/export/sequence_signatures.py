@@ -10,6 +10,20 @@ from keras_selfattn.ops.masks import sequence_mask
 ROWS = request_checks.ROWS
 
 
+# The inputs of a continuation: the primer and each row's settings.
+CONTINUATION_SIGNATURE = [
+    tf.TensorSpec([None, None], tf.int32, name="primer"),
+    tf.TensorSpec(ROWS, tf.int32, name="primer_length"),
+    tf.TensorSpec(ROWS, tf.int32, name="max_new_tokens"),
+    tf.TensorSpec(ROWS, tf.float32, name="temperature"),
+    tf.TensorSpec(ROWS, tf.int32, name="top_k"),
+    tf.TensorSpec(ROWS, tf.float32, name="top_p"),
+    tf.TensorSpec(ROWS, tf.int32, name="seed"),
+]
+# What a bad row's settings become, so that it runs along harmlessly.
+_HARMLESS_SETTINGS = dict(primer_length=1, max_new_tokens=1, temperature=0.0, top_k=0, top_p=1.0, seed=0)
+
+
 def generate_endpoint(model, max_length, note_rules=None):
     """`generate(primer, primer_length, max_new_tokens, temperature, top_k,
     top_p, seed)` -> `{"tokens": int32 [B, L], "status": string [B]}`.
@@ -21,68 +35,70 @@ def generate_endpoint(model, max_length, note_rules=None):
     width). Each good row is what `continue_sequence` gives its own primer
     alone (with `note_event_ids` when `note_rules`, a `NoteRules`, is given).
     A bad row gets its problem in `status` and zeros in `tokens`."""
-    vocabulary_size = model.vocabulary_size
 
     def generate(primer, primer_length, max_new_tokens, temperature, top_k, top_p, seed):
-        settings = dict(
-            primer_length=primer_length, max_new_tokens=max_new_tokens, temperature=temperature,
-            top_k=top_k, top_p=top_p, seed=seed,
-        )
-        _, checks = request_checks.batch_size_of(dict(primer=primer, **settings))
-        primer = request_checks.after(checks, primer)
-        settings = {name: request_checks.after(checks, value) for name, value in settings.items()}
-        primer_length, max_new_tokens, temperature, top_k, top_p, seed = settings.values()
-        width = tf.shape(primer)[1]
-        in_primer = sequence_mask(primer_length, width)
-        status = request_checks.row_status([
-            (tf.fill(tf.shape(seed), width < 1), "`primer` must hold at least one token a row"),
-            (
-                request_checks.outside(primer_length, 1, width),
-                "`primer_length` must be in [1, the primer's width] (a row's own primer length)",
-            ),
-            (
-                tf.reduce_any(in_primer & request_checks.outside(primer, 0, vocabulary_size - 1), axis=1),
-                f"`primer` must be token ids in [0, {vocabulary_size})",
-            ),
-            (
-                request_checks.outside(max_new_tokens, 1, max_length - primer_length),
-                f"`max_new_tokens` must be >= 1, and the primer's length plus it at most the "
-                f"exported maximum {max_length}",
-            ),
-            *request_checks.sampling_problems(temperature, seed, top_k, top_p),
-        ])
-        good = tf.equal(status, "")
-        defaults = dict(primer_length=1, max_new_tokens=1, temperature=0.0, top_k=0, top_p=1.0, seed=0)
-        settings = {name: request_checks.good_or(good, value, defaults[name]) for name, value in settings.items()}
-        # At least one column, and never past the model's positions (a good
-        # row's primer ends before them; padding may not).
-        primer = tf.pad(primer, [[0, 0], [0, tf.maximum(1 - width, 0)]])[:, : max_length - 1]
-        primer = request_checks.good_or(good, primer, 0)
-        own_length = settings["primer_length"] + settings["max_new_tokens"]
-        width = tf.shape(primer)[1]
+        request = request_checks.checked_request(dict(
+            primer=primer, primer_length=primer_length, max_new_tokens=max_new_tokens,
+            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        ))
+        status = request_checks.row_status(continuation_problems(request, model.vocabulary_size, max_length))
+        tokens = continue_rows(model, request, tf.equal(status, ""), max_length, note_rules)
+        return {"tokens": tokens, "status": status}
 
-        def choose(logits, index):
-            return choose_tokens_by_row(
-                logits, settings["seed"], index, settings["temperature"], settings["top_k"], settings["top_p"]
-            )
+    return "generate", generate, CONTINUATION_SIGNATURE
 
-        new_columns = tf.maximum(tf.reduce_max(own_length) - width, 0)
-        tokens = extend_sequence(
-            model, primer, new_columns, choose, primer_length=settings["primer_length"], note_rules=note_rules
-        )
-        kept = sequence_mask(own_length, tf.shape(tokens)[1])
-        return {"tokens": tf.where(kept & good[:, None], tokens, 0), "status": status}
 
-    signature = [
-        tf.TensorSpec([None, None], tf.int32, name="primer"),
-        tf.TensorSpec(ROWS, tf.int32, name="primer_length"),
-        tf.TensorSpec(ROWS, tf.int32, name="max_new_tokens"),
-        tf.TensorSpec(ROWS, tf.float32, name="temperature"),
-        tf.TensorSpec(ROWS, tf.int32, name="top_k"),
-        tf.TensorSpec(ROWS, tf.float32, name="top_p"),
-        tf.TensorSpec(ROWS, tf.int32, name="seed"),
+def continuation_problems(request, vocabulary_size, max_length):
+    """`(bad [B], message)` of a continuation request's primer and settings
+    (`CONTINUATION_SIGNATURE`'s names in `request`)."""
+    primer, primer_length, max_new_tokens = request["primer"], request["primer_length"], request["max_new_tokens"]
+    width = tf.shape(primer)[1]
+    in_primer = sequence_mask(primer_length, width)
+    return [
+        (tf.fill(tf.shape(primer_length), width < 1), "`primer` must hold at least one token a row"),
+        (
+            request_checks.outside(primer_length, 1, width),
+            "`primer_length` must be in [1, the primer's width] (a row's own primer length)",
+        ),
+        (
+            tf.reduce_any(in_primer & request_checks.outside(primer, 0, vocabulary_size - 1), axis=1),
+            f"`primer` must be token ids in [0, {vocabulary_size})",
+        ),
+        (
+            request_checks.outside(max_new_tokens, 1, max_length - primer_length),
+            f"`max_new_tokens` must be >= 1, and the primer's length plus it at most the "
+            f"exported maximum {max_length}",
+        ),
+        *request_checks.sampling_problems(request["temperature"], request["seed"], request["top_k"], request["top_p"]),
     ]
-    return "generate", generate, signature
+
+
+def continue_rows(decoder, request, good, max_length, note_rules=None):
+    """int32 `[B, L]`: each good row's primer (of `request`, a continuation
+    request), its new tokens from `decoder`'s cached steps (a model's
+    `initial_cache` and `call_with_cache`), then zeros; a bad row (`good`
+    False) all zeros."""
+    settings = {
+        name: request_checks.good_or(good, request[name], default) for name, default in _HARMLESS_SETTINGS.items()
+    }
+    primer = request["primer"]
+    # At least one column, and never past the model's positions (a good
+    # row's primer ends before them; padding may not).
+    primer = tf.pad(primer, [[0, 0], [0, tf.maximum(1 - tf.shape(primer)[1], 0)]])[:, : max_length - 1]
+    primer = request_checks.good_or(good, primer, 0)
+    own_length = settings["primer_length"] + settings["max_new_tokens"]
+
+    def choose(logits, index):
+        return choose_tokens_by_row(
+            logits, settings["seed"], index, settings["temperature"], settings["top_k"], settings["top_p"]
+        )
+
+    new_columns = tf.maximum(tf.reduce_max(own_length) - tf.shape(primer)[1], 0)
+    tokens = extend_sequence(
+        decoder, primer, new_columns, choose, primer_length=settings["primer_length"], note_rules=note_rules
+    )
+    kept = sequence_mask(own_length, tf.shape(tokens)[1])
+    return tf.where(kept & good[:, None], tokens, 0)
 
 
 def translate_endpoint(model, tokenizer, eos_id, max_length, beam_size, alpha, directions=None):
