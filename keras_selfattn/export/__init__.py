@@ -2,7 +2,7 @@
 
 `export_for_serving` writes TF Serving's layout `export_base/name/version/`:
 the forward pass as `serving_default`, plus each family's generation
-signatures (`generate`, `translate`, `sample` / `complete`,
+signatures (`generate`, `accompany`, `translate`, `sample` / `complete`,
 `super_resolve`), every input with a leading batch dimension and per-row
 settings. `check_serving_contract` scans a SavedModel for what the server
 cannot run.

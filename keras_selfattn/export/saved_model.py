@@ -10,6 +10,7 @@ from keras_selfattn.export.contract import check_serving_contract
 from keras_selfattn.export.serving_options import ServingOptions
 from keras_selfattn.models.graph_transformer import GraphHeads, GraphTransformer
 from keras_selfattn.models.image_models import ImageTransformer
+from keras_selfattn.models.melody_conditioned import MelodyConditionedMusicTransformer
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.translation import TranslationTransformer
 from keras_selfattn.models.variable_misuse import VariableMisuseModel
@@ -17,8 +18,8 @@ from keras_selfattn.models.variable_misuse import VariableMisuseModel
 # The model classes, each of which declares its serving signatures; a model
 # of a class of its own before the generic heads over a graph encoder.
 FAMILY_CLASSES = (
-    MusicTransformer, TranslationTransformer, ImageTransformer, GraphTransformer, VariableMisuseModel,
-    GraphHeads,
+    MusicTransformer, MelodyConditionedMusicTransformer, TranslationTransformer, ImageTransformer,
+    GraphTransformer, VariableMisuseModel, GraphHeads,
 )
 
 
@@ -57,6 +58,12 @@ def export_for_serving(
       `[B]`, `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]`
       -> `tokens` int32 `[B, L]`: a row's primer, its new tokens, then
       zeros.
+    - `melody_music` (`MelodyConditionedMusicTransformer`): `serving_default`
+      takes `melody` and `tokens`; `accompany`: `melody` int32 `[B, M]`
+      (melodies padded to the longest), `melody_length` int32 `[B]` (each
+      row's own, at most the model's `max_melody_length`), then
+      `generate`'s inputs -> `generate`'s `tokens`, each row accompanying
+      its own melody.
     - `transformer_translation` with a `tokenizer`: `translate`: `text`
       string `[B]` -> `translation` string `[B]`, `tokens` int32 `[B,
       max_length]`, `score` float32 `[B]` (beam search with `beam_size` and
@@ -78,8 +85,9 @@ def export_for_serving(
       nothing) -> `pixels` uint8.
 
     A row's output is what `keras_selfattn.generation` gives for that row
-    alone with the same settings and seed (`continue_sequence`,
-    `translate_tokens`, `sample_images`). Every generation signature also
+    alone with the same settings and seed (`continue_sequence`, the
+    melody-conditioned model's `generate`, `translate_tokens`,
+    `sample_images`). Every generation signature also
     outputs `status` string `[B]`: "" for a row that was answered, else the
     problem with that row's own settings or text (its other outputs are then
     zeros or ""), so one bad row fails no other row merged into its batch.
@@ -100,12 +108,13 @@ def export_for_serving(
         beam_size: `translate`'s beam width (1 decodes greedily).
         alpha: `translate`'s length penalty exponent.
         max_length: the longest sequence a signature generates: for
-            `generate`, primer plus new tokens; for `translate`, target
-            tokens. `None` takes the model's maximum, else 2048 (music) or
-            256 (translation).
-        note_event_ids: music only: the note-on and note-off id ranges
-            (`keras_selfattn.data.music.event_id_ranges()`); `generate` then
-            keeps `continue_sequence`'s note rules on every row.
+            `generate` and `accompany`, primer plus new tokens; for
+            `translate`, target tokens. `None` takes the model's maximum,
+            else 2048 (music, melody_music) or 256 (translation).
+        note_event_ids: music and melody_music only: the note-on and
+            note-off id ranges (`keras_selfattn.data.music.event_id_ranges()`);
+            `generate` and `accompany` then keep `continue_sequence`'s note
+            rules on every row.
         min_note_steps: music with `note_event_ids` only: `generate` also
             keeps `continue_sequence`'s minimum note length (e.g. a trained
             preset's `model.generation_settings["min_note_steps"]`); 0: none.
@@ -169,9 +178,9 @@ def _family_model(model):
             continue
     raise ValueError(
         "`model` must be built by keras_selfattn.models (music_transformer, "
-        "transformer_translation, image_transformer, image_super_resolution, "
-        "graph_transformer or VariableMisuseModel), or be a Functional model with inputs token_ids and relations, "
-        "dict outputs, and a graph_transformer inside. "
+        "MelodyConditionedMusicTransformer, transformer_translation, image_transformer, "
+        "image_super_resolution, graph_transformer or VariableMisuseModel), or be a Functional model with "
+        "inputs token_ids and relations, dict outputs, and a graph_transformer inside. "
         f"Received: model {getattr(model, 'name', type(model).__name__)!r}"
     )
 

@@ -10,7 +10,7 @@ from keras_selfattn.generation.sequences import int_tokens, extend_sequence
 from keras_selfattn.layers.argument_checks import check_length
 
 
-class _MelodyDecoder:
+class MelodyDecoder:
     """The decoder of a melody-conditioned model with its melody encoded: the
     `initial_cache` / `call_with_cache` that `extend_sequence` steps."""
 
@@ -63,5 +63,5 @@ def _accompany(model, melody, primer, max_new_tokens, *, temperature, top_k, top
     def choose(logits, index):
         return choose_tokens(logits, seed, index, temperature, top_k, top_p)
 
-    decoder = _MelodyDecoder(model, encoder_outputs, padding_mask)
+    decoder = MelodyDecoder(model, encoder_outputs, padding_mask)
     return extend_sequence(decoder, primer, max_new_tokens, choose, note_rules=note_rules)

@@ -241,6 +241,23 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
             seed=seed, note_event_ids=note_event_ids,
         )
 
+    def serving_endpoints(self, options):
+        """`export_for_serving`'s signatures: `serving_default` (the forward
+        pass) and `accompany` (`generate` per row, melody in, performance
+        out, with the note rules of `options.note_event_ids`), primer and new
+        tokens up to `options.max_length` (2048 by default)."""
+        from keras_selfattn.export import melody_signatures
+        from keras_selfattn.export.serving_options import forward_endpoint
+        from keras_selfattn.generation.note_rules import NoteRules
+
+        options.refuse_others("melody_music", "note_event_ids")
+        max_length = options.length_for(self, 2048)
+        note_rules = None
+        if options.note_event_ids is not None:
+            note_rules = NoteRules.from_event_ids(options.note_event_ids, self.vocabulary_size)
+        accompany = melody_signatures.accompany_endpoint(self, max_length, note_rules)
+        return [forward_endpoint(self, "logits"), accompany], []
+
 
 def _check_max_melody_length(value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:

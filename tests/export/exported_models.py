@@ -15,6 +15,7 @@ TRANSLATION_VOCABULARY = 24
 DIRECTIONS = {"forward": "<forward> ", "reverse": "<reverse> "}
 # Their tokens, as the vocabulary keeps them whole: the word-boundary mark, then the token.
 DIRECTION_PIECES = ["\u2581" + prefix.strip() for prefix in DIRECTIONS.values()]
+MAX_MELODY_LENGTH = 8
 
 
 def sentencepiece_model(vocab_size=TRANSLATION_VOCABULARY, user_defined_symbols=()):
@@ -34,6 +35,23 @@ def exported_music(export_base, max_length=16):
     """`(model, path)` of a relative music model whose logits are not flat."""
     model = sharpen(music_model("relative_global"), factor=2.0)
     return model, export_for_serving(model, export_base, name="music", max_length=max_length)
+
+
+def melody_model(note_event_ids=None):
+    """A small melody-conditioned model whose logits are not flat."""
+    from keras_selfattn.models import MelodyConditionedMusicTransformer
+
+    model = MelodyConditionedMusicTransformer(
+        vocabulary_size=20, key_dim=8, max_relative_position=8, max_melody_length=MAX_MELODY_LENGTH,
+        note_event_ids=note_event_ids, **SMALL,
+    )
+    return sharpen(model, factor=2.0)
+
+
+def exported_melody_music(export_base, max_length=16):
+    """`(model, path)` of `melody_model()` exported as serving/models.config's `accompaniment`."""
+    model = melody_model()
+    return model, export_for_serving(model, export_base, name="accompaniment", max_length=max_length)
 
 
 def exported_translation(export_base, beam_size=3, max_length=8):
