@@ -20,8 +20,10 @@ performance's melody), `melody.mid` (the melody), `unconditioned.mid` (the
 unconditioned model continuing the same primer), `piano_roll.png` (melody
 and accompaniment); `report.json` with the share of the melody's notes
 after the primer that sound in each model's output; both trained `.keras`
-models, checkpoints and TensorBoard logs. A killed run started again with
-the same flags resumes where it stopped.
+models, checkpoints and TensorBoard logs; with `--export_dir` the
+melody-conditioned model as a SavedModel for TF Serving (`accompany`: melody
+in, performance out). A killed run started again with the same flags resumes
+where it stopped.
 
     python recipes/music_accompaniment.py --model_dir runs/accompaniment --preset tiny --epochs 5
 """
@@ -51,6 +53,9 @@ from recipes.common import plots  # noqa: E402
 
 CONDITIONED = "melody_conditioned"
 UNCONDITIONED = "unconditioned"
+# With --export_dir the melody-conditioned model is served as "accompaniment"
+# (serving/models.config), its `accompany` signature keeping --note_rules.
+SERVING_NAME = "accompaniment"
 
 
 def build_parser():
@@ -309,8 +314,6 @@ def accompany(args, run, models, music_data, held_out):
 def main(argv=None, callbacks=()):
     """Runs the recipe; returns the report dict."""
     args = build_parser().parse_args(argv)
-    if args.export_dir:
-        raise harness.UsageError("--export_dir: the melody-conditioned model has no serving signatures yet")
     run = harness.start(args, recipe="music_accompaniment")
     from keras_selfattn.data import music as music_data
 
@@ -331,6 +334,7 @@ def main(argv=None, callbacks=()):
             "held_out_nll_per_event": evaluate(args, run, models, music_data, held_out),
             "accompaniment": accompany(args, run, models, music_data, held_out),
         }
+        run.export(models[CONDITIONED][0], SERVING_NAME, note_event_ids=music.note_event_ids(args, music_data))
         settings = {"name": CONDITIONED, "preset": args.preset, "note_state": args.note_state}
         report = run.write_report(report, model=models[CONDITIONED][0], model_settings=settings)
     run.finish()

@@ -1,6 +1,7 @@
 """recipes/music_accompaniment.py end to end at a tiny size on a small folder
 of MIDI files: every output, both models' held-out NLL against a plain numpy
-computation over melodies found here, the melody shares, --evaluate_only."""
+computation over melodies found here, the melody shares, the exported
+`accompany` against `generate`, --evaluate_only."""
 
 import math
 import shutil
@@ -39,7 +40,9 @@ def run(tmp_path_factory):
         "--steps_per_epoch", "3", "--primer_events", "8", "--generate_events", "40", "--verbose", "0",
         "--seed", "3",
     ]
-    report, printed = recipe_checks.run_recipe(music_accompaniment.main, [*argv, "--model_dir", str(model_dir)])
+    report, printed = recipe_checks.run_recipe(
+        music_accompaniment.main, [*argv, "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export")]
+    )
     return argv, model_dir, report, printed
 
 
@@ -53,10 +56,30 @@ def test_help_explains_every_flag():
         assert flag in text
 
 
-def test_export_is_refused_before_any_work(tmp_path):
-    with pytest.raises(music_accompaniment.harness.UsageError, match="--export_dir: the melody-conditioned model"):
-        music_accompaniment.main(["--model_dir", str(tmp_path / "run"), "--export_dir", str(tmp_path / "export")])
-    assert not (tmp_path / "run").exists()
+def test_saved_model_serves_the_melody_conditioned_model(run):
+    import tensorflow as tf
+
+    from keras_selfattn.data import music as music_data
+
+    _, model_dir, report, _ = run
+    exported = report["outputs"].get("SavedModel for TensorFlow Serving")
+    assert exported is not None, "no SavedModel was exported"
+    assert Path(exported).parent == model_dir / "export" / "accompaniment"  # serving/models.config's name
+    served = tf.saved_model.load(exported)
+    assert {"serving_default", "accompany"} <= set(served.signatures)
+    model = keras.models.load_model(model_dir / "melody_conditioned.keras")
+    melody, tokens = np.array([[300, 41, 160, 169]], "int32"), np.array([[5, 180, 300, 60, 200, 148]], "int32")
+    logits = served.signatures["serving_default"](melody=tf.constant(melody), tokens=tf.constant(tokens))["logits"]
+    np.testing.assert_allclose(
+        logits.numpy(), keras.ops.convert_to_numpy(model({"melody": melody, "tokens": tokens})), atol=1e-4
+    )
+    # `accompany` keeps the recipe's note rules (--note_rules on by default).
+    rows = {"melody": melody, "melody_length": [4], "primer": tokens, "primer_length": [6],
+            "max_new_tokens": [20], "temperature": [1.0], "top_k": [0], "top_p": [1.0], "seed": [7]}
+    accompanied = served.signatures["accompany"](**{k: tf.constant(v) for k, v in rows.items()})
+    assert accompanied["status"].numpy().tolist() == [b""]
+    expected = model.generate(melody, tokens, 20, seed=7, note_event_ids=music_data.event_id_ranges())
+    np.testing.assert_array_equal(accompanied["tokens"].numpy(), keras.ops.convert_to_numpy(expected))
 
 
 def test_the_run_writes_every_output_and_lists_it(run):
