@@ -6,6 +6,7 @@ MODEL_NAMES = {
     "translation": "translation",
     "image_generation": "image_generation",
     "super_resolution": "super_resolution",
+    "music_accompaniment": "accompaniment",
 }
 
 # The generation signatures every export carries (besides `serving_default`,
@@ -15,6 +16,7 @@ MODEL_SIGNATURES = {
     "translation": ("translate",),
     "image_generation": ("sample", "complete"),
     "super_resolution": ("super_resolve",),
+    "accompaniment": ("accompany",),
 }
 
 # Inputs and outputs of each generation signature: name -> dtype. Every
@@ -33,6 +35,20 @@ SIGNATURES = {
             "seed": "int32",  # [B]
         },
         "outputs": {"tokens": "int32", "status": "string"},  # tokens [B, max(T, primer_length + max_new_tokens)], zeros past a row's own
+    },
+    "accompany": {
+        "inputs": {
+            "melody": "int32",  # [B, M]: melodies padded to the longest
+            "melody_length": "int32",  # [B]: each row's own melody length, in [1, M], at most max_melody_length
+            "primer": "int32",  # [B, T]: primers padded to the longest
+            "primer_length": "int32",  # [B]: each row's own primer length, in [1, T]
+            "max_new_tokens": "int32",  # [B]
+            "temperature": "float32",  # [B]
+            "top_k": "int32",  # [B]
+            "top_p": "float32",  # [B]
+            "seed": "int32",  # [B]
+        },
+        "outputs": {"tokens": "int32", "status": "string"},  # as generate's
     },
     "translate": {
         "inputs": {

@@ -24,7 +24,7 @@ from tests.serving.fake_servers import JsonHandler, free_port
 
 SERVING_DIR = Path(client.__file__).resolve().parent
 TF_ONLY = pytest.mark.backends("tensorflow", reason="tensorflow-serving-api protos need TensorFlow")
-MODELS = {"music", "translation", "image_generation", "super_resolution"}
+MODELS = {"music", "translation", "image_generation", "super_resolution", "accompaniment"}
 
 # BatchingParameters of tensorflow_serving/servables/tensorflow/session_bundle_config.proto
 # at tag 2.20.0: (name, number, type, wrapper message or None, repeated).
@@ -85,7 +85,7 @@ def batching_parameters_class():
 
 
 @TF_ONLY
-def test_models_config_names_the_four_models_with_a_version_policy():
+def test_models_config_names_the_five_models_with_a_version_policy():
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
 

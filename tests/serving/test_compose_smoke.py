@@ -198,7 +198,7 @@ def test_smoke_sends_rest_and_grpc_requests_per_signature(fake_servers, capsys):
     assert "logits float32[2, 8, 3]" in forward
     assert "__saved_model_init_op" not in out
     # The other models of serving/models.config are not loaded on the fake server.
-    for name in ("translation", "image_generation", "super_resolution"):
+    for name in ("translation", "image_generation", "super_resolution", "accompaniment"):
         assert next(line for line in lines if line.startswith(name)).count("absent") == 1
 
 
