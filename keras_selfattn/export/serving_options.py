@@ -8,7 +8,8 @@ from keras_selfattn.layers.argument_checks import check_length
 
 # Which family each option belongs to, named when another family gets it.
 _OPTION_OWNERS = {
-    "tokenizer": "translation", "directions": "translation", "note_event_ids": "music", "min_note_steps": "music",
+    "tokenizer": "translation", "directions": "translation", "note_event_ids": "music and melody_music",
+    "min_note_steps": "music",
 }
 
 
