@@ -441,6 +441,11 @@ class Run:
         """
         if self.args.epochs is None:
             raise UsageError("`--epochs` must be set")
+        if not model.optimizer.built:
+            # Otherwise TensorFlow traces the first training step twice: once creating
+            # the optimizer's variables, then again (under a strategy Keras builds it).
+            with self.strategy.scope():
+                model.optimizer.build(model.trainable_variables)
         history = model.fit(
             self.distribute(train_data),
             epochs=self.args.epochs,
