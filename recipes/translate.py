@@ -8,7 +8,8 @@ into `--data_dir`); `--pairs_tsv FILE` for any language pair (one
 `source<TAB>target` pair a line); `--wmt14 de-en` (or another config) for the
 papers' WMT14 through tensorflow-datasets, prepared beforehand in
 `--tfds_dir` (held out: newstest2014). Ding and TSV pairs are split with
-`--held_out_fraction` of the distinct sources held out. `--direction`
+`--held_out_fraction` of the distinct first-side sentences held out (in
+either direction, so both directions hold out the same pairs). `--direction`
 chooses which side is the source. `--tasks both_directions` trains one
 model on both directions of the pairs, mixed with
 `keras_selfattn.data.mixing.mix_tasks` in proportion to their pairs, each
@@ -152,8 +153,8 @@ def _add_data_flags(parser):
         "--held_out_fraction",
         type=harness.fraction,
         default=0.05,
-        help="Ding and --pairs_tsv: the fraction of distinct source sentences held out with all "
-        "their pairs (none of them is trained on)",
+        help="Ding and --pairs_tsv: the fraction of distinct first-side sentences held out with all "
+        "their pairs (none of them is trained on; the same pairs whichever --direction)",
     )
     harness.add_renamed_flag(
         data,
@@ -311,12 +312,12 @@ def load_pairs(args, run, text):
         except (RuntimeError, text.DingDictionaryError) as error:  # fetching failed; a damaged cache
             raise harness.UsageError(str(error)) from None
         facts = {"source": f"Ding dictionary (Debian {text.DING_PACKAGE})"}
-    pairs = _directed(pairs, args.direction)
     try:
         train, held_out = text.split_pairs(pairs, args.held_out_fraction, seed=args.seed)
     except ValueError as error:
         raise harness.UsageError(f"{args.pairs_tsv or 'the Ding pairs'}: {error}") from None
-    return train, held_out, facts
+    # Split before turning around: each direction holds out the same pairs.
+    return _directed(train, args.direction), _directed(held_out, args.direction), facts
 
 
 def _tsv_pairs(args, run, text):

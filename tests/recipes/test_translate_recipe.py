@@ -304,3 +304,26 @@ def test_both_directions_batches_lead_each_source_with_its_direction_token(both_
         fitting = [s for s, t in pairs if len(processor.encode(s)) + 2 <= 24 and len(processor.encode(t)) + 1 <= 24]
         assert len(fitting) > 10
         assert sorted(sources[direction]) == sorted(fitting)
+
+
+
+def test_both_directions_hold_out_the_same_pairs(tmp_path):
+    """Split by the first side whichever the direction: a reverse split by
+    French sentences would part the two French variants of an English one."""
+    from types import SimpleNamespace
+
+    from keras_selfattn.data import text
+
+    pairs_tsv = tmp_path / "variants.tsv"
+    pairs_tsv.write_text("".join(
+        f"{english}\t{french}{ending}\n" for english, french in _pairs() for ending in ("", " !")
+    ), encoding="utf-8")
+
+    def split(direction):
+        argv = ["--model_dir", str(tmp_path / "out"), "--pairs_tsv", str(pairs_tsv), "--direction", direction, *TINY]
+        train, held_out, _ = translate.load_pairs(translate.parse_args(argv), SimpleNamespace(log=print), text)
+        return train, held_out
+
+    (forward_train, forward_held_out), (reverse_train, reverse_held_out) = split("forward"), split("reverse")
+    assert forward_held_out and reverse_held_out == [(target, source) for source, target in forward_held_out]
+    assert reverse_train == [(target, source) for source, target in forward_train]
