@@ -66,12 +66,29 @@ class NoteRules:
         time_shifts = time_shift_id_range(note_event_ids, vocabulary_size) if min_note_steps else (0, 0)
         return _interned(cls, *ids, min_note_steps, *time_shifts)
 
+    @classmethod
+    def from_options(cls, note_event_ids, vocabulary_size, min_note_steps=0):
+        """`from_event_ids`, or None for no `note_event_ids` (the options of
+        `generate` and `export_for_serving`).
+
+        Raises:
+            ValueError: as `from_event_ids`, and for a `min_note_steps`
+                without `note_event_ids`.
+        """
+        if note_event_ids is not None:
+            return cls.from_event_ids(note_event_ids, vocabulary_size, min_note_steps)
+        if min_note_steps:
+            raise ValueError(
+                "`min_note_steps` needs the note rules: pass `note_event_ids` (with its 'time_shift' "
+                f"range) too. Received: min_note_steps={min_note_steps!r}, note_event_ids=None"
+            )
+        return None
+
     def sounding(self, tokens, length):
         """bool `[batch, num_pitches]`: the pitches sounding after the first
         `length` (an int or int `[batch]`) tokens of each row: those whose
         last note-on comes after their last note-off."""
-        ids = (self.note_on_id, self.note_off_id, self.num_pitches)
-        last_on, last_off = last_note_events(tokens, *ids, start=ops.cast(length, "int32") - 1, length=1)
+        last_on, last_off = self._last_note_events(tokens, length)
         return (last_on > last_off)[:, 0]
 
     def initial_state(self, tokens, length):
@@ -80,17 +97,14 @@ class NoteRules:
         and, with a minimum note length, the time step of each pitch's latest
         note-on (int32 `[batch, num_pitches]`, 0 where none) and the time so
         far (int32 `[batch]`), both counted from the first token."""
-        sounding = self.sounding(tokens, length)
+        last_on, last_off = self._last_note_events(tokens, length)
+        sounding = (last_on > last_off)[:, 0]
         if not self.min_note_steps:
             return (sounding,)
-        last = ops.zeros_like(sounding[:, 0], "int32") + ops.cast(length, "int32") - 1
-        last_on, _ = last_note_events(
-            tokens, self.note_on_id, self.note_off_id, self.num_pitches, start=last, length=1
-        )
         # Column 0 is the time before the first token, so position -1 (no note-on) reads 0.
         steps = ops.pad(elapsed_steps(tokens, self.time_shift_id, self.num_time_shifts), [[0, 0], [1, 0]])
         struck_at = ops.take_along_axis(steps, last_on[:, 0] + 1, axis=1)
-        clock = ops.take_along_axis(steps, last[:, None] + 1, axis=1)[:, 0]
+        clock = ops.take_along_axis(steps, self._last_positions(tokens, length)[:, None] + 1, axis=1)[:, 0]
         return sounding, struck_at, clock
 
     def after(self, state, token):
@@ -117,6 +131,15 @@ class NoteRules:
         ids = ops.arange(ops.shape(logits)[-1], dtype="int32")
         forbidden = self._at_ids(sounding, ids - self.note_on_id) | self._at_ids(~releasable, ids - self.note_off_id)
         return ops.where(forbidden, large_negative(logits.dtype), logits)
+
+    def _last_positions(self, tokens, length):
+        """int32 `[batch]`: each row's last position of its first `length` tokens."""
+        return ops.zeros((ops.shape(tokens)[0],), "int32") + ops.cast(length, "int32") - 1
+
+    def _last_note_events(self, tokens, length):
+        """`last_note_events` at each row's last position of its first `length` tokens."""
+        ids = (self.note_on_id, self.note_off_id, self.num_pitches)
+        return last_note_events(tokens, *ids, start=self._last_positions(tokens, length), length=1)
 
     def _pitch_hits(self, tokens):
         """bool `[..., num_pitches]` each: which pitch each token turns on, off."""

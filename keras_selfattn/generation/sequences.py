@@ -49,14 +49,7 @@ def generate_continuation(
     """The body of `MusicTransformer.generate`."""
     if primer_length is not None:
         primer_length = _row_lengths(primer_length, primer)
-    note_rules = None
-    if note_event_ids is not None:
-        note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size, min_note_steps)
-    elif min_note_steps:
-        raise ValueError(
-            "`min_note_steps` needs the note rules: pass `note_event_ids` (with its 'time_shift' "
-            f"range) too. Received: min_note_steps={min_note_steps!r}, note_event_ids=None"
-        )
+    note_rules = NoteRules.from_options(note_event_ids, model.vocabulary_size, min_note_steps)
     with gradients_off():
         return _continue_sequence(
             model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature,

@@ -348,16 +348,7 @@ class MusicTransformer(SequenceTransformer):
 
         options.refuse_others("music", "note_event_ids", "min_note_steps")
         max_length = options.length_for(self, 2048)
-        note_rules = None
-        if options.note_event_ids is not None:
-            note_rules = NoteRules.from_event_ids(
-                options.note_event_ids, self.vocabulary_size, options.min_note_steps or 0
-            )
-        elif options.min_note_steps is not None:
-            raise ValueError(
-                "`min_note_steps` needs the note rules: pass `note_event_ids` too. "
-                f"Received: min_note_steps={options.min_note_steps!r}, note_event_ids=None"
-            )
+        note_rules = NoteRules.from_options(options.note_event_ids, self.vocabulary_size, options.min_note_steps or 0)
         generate = sequence_signatures.generate_endpoint(self, max_length, note_rules)
         return [forward_endpoint(self, "logits"), generate], []
 

@@ -16,6 +16,22 @@ DIRECTIONS = {"forward": "<forward> ", "reverse": "<reverse> "}
 # Their tokens, as the vocabulary keeps them whole: the word-boundary mark, then the token.
 DIRECTION_PIECES = ["\u2581" + prefix.strip() for prefix in DIRECTIONS.values()]
 MAX_MELODY_LENGTH = 8
+# Three rows' sampling settings of a continuation request (`generate`, `accompany`):
+# greedy, top-k with a top-p cut, and a hot top-p draw.
+ROW_SETTINGS = dict(
+    temperature=np.array([0.0, 0.9, 1.2], "float32"),
+    top_k=np.array([0, 5, 0], "int32"),
+    top_p=np.array([1.0, 0.9, 0.8], "float32"),
+    seed=np.array([1, 2, 3], "int32"),
+)
+
+
+def call_signature(loaded, signature, **inputs):
+    """`loaded`'s `signature` on numpy `inputs`, its outputs as numpy."""
+    import tensorflow as tf
+
+    outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+    return {k: v.numpy() for k, v in outputs.items()}
 
 
 def sentencepiece_model(vocab_size=TRANSLATION_VOCABULARY, user_defined_symbols=()):

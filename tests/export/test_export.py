@@ -15,7 +15,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import ServingContractError, check_serving_contract, export_for_serving  # noqa: E402
 from keras_selfattn.generation import continue_sequence, sample_images, translate_tokens  # noqa: E402
-from tests.export.exported_models import DIRECTIONS, source_tokens  # noqa: E402
+from tests.export.exported_models import DIRECTIONS, ROW_SETTINGS, call_signature, source_tokens  # noqa: E402
 from tests.generation.generation_models import (  # noqa: E402
     IMAGE_SHAPE,
     LOW_SHAPE,
@@ -55,20 +55,12 @@ def images(serving_exports):
     return tf.saved_model.load(serving_exports["images"][1])
 
 
-def _call(loaded, signature, **inputs):
-    outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
-    return {k: v.numpy() for k, v in outputs.items()}
-
-
 def _generate_inputs(**changes):
     inputs = dict(
         primer=np.array([[3, 4, 5], [6, 7, 8], [1, 2, 3]], "int32"),
         primer_length=np.array([3, 3, 3], "int32"),
         max_new_tokens=np.array([5, 3, 4], "int32"),
-        temperature=np.array([0.0, 0.9, 1.2], "float32"),
-        top_k=np.array([0, 5, 0], "int32"),
-        top_p=np.array([1.0, 0.9, 0.8], "float32"),
-        seed=np.array([1, 2, 3], "int32"),
+        **ROW_SETTINGS,
     )
     inputs.update(changes)
     return inputs
@@ -77,7 +69,7 @@ def _generate_inputs(**changes):
 def test_generate_gives_each_row_what_continue_sequence_gives_it_alone(music):
     model, loaded, _ = music
     inputs = _generate_inputs()
-    tokens = _call(loaded, "generate", **inputs)["tokens"]
+    tokens = call_signature(loaded, "generate", **inputs)["tokens"]
     assert tokens.shape == (3, 8) and tokens.dtype == np.int32
     for row in range(3):
         count = int(inputs["max_new_tokens"][row])
@@ -89,14 +81,14 @@ def test_generate_gives_each_row_what_continue_sequence_gives_it_alone(music):
         np.testing.assert_array_equal(tokens[row, : 3 + count], np.asarray(expected)[0])
         assert not tokens[row, 3 + count :].any()
     # Batched with other requests or alone, a row gets the same tokens.
-    alone = _call(loaded, "generate", **{k: v[1:2] for k, v in inputs.items()})["tokens"]
+    alone = call_signature(loaded, "generate", **{k: v[1:2] for k, v in inputs.items()})["tokens"]
     np.testing.assert_array_equal(alone[0], tokens[1, :6])
 
 
 def test_serving_default_is_the_forward_pass(music):
     model, loaded, _ = music
     tokens = RNG.integers(0, 20, (2, 6)).astype("int32")
-    logits = _call(loaded, "serving_default", tokens=tokens)["logits"]
+    logits = call_signature(loaded, "serving_default", tokens=tokens)["logits"]
     np.testing.assert_allclose(logits, np.asarray(model(tokens)), rtol=1e-5, atol=1e-5)
 
 
@@ -126,8 +118,8 @@ def _middle_row(name, value):
 )
 def test_generate_answers_a_bad_row_in_its_status_and_the_others_as_alone(music, changes, message):
     _, loaded, _ = music
-    good = _call(loaded, "generate", **_generate_inputs())
-    outputs = _call(loaded, "generate", **_generate_inputs(**changes))
+    good = call_signature(loaded, "generate", **_generate_inputs())
+    outputs = call_signature(loaded, "generate", **_generate_inputs(**changes))
     assert outputs["status"][0] == outputs["status"][2] == b""
     assert outputs["status"][1].decode().startswith(message)
     assert not outputs["tokens"][1].any()
@@ -141,7 +133,7 @@ def test_primers_of_different_lengths_in_one_batch_each_continue_as_alone(music)
     # Padded to the longest with values that must be ignored (token ids or not).
     padded = np.array([primer + [99] * (5 - len(primer)) for primer in primers], "int32")
     inputs = _generate_inputs(primer=padded, primer_length=lengths, max_new_tokens=np.array([4, 7, 2], "int32"))
-    outputs = _call(loaded, "generate", **inputs)
+    outputs = call_signature(loaded, "generate", **inputs)
     assert outputs["status"].tolist() == [b"", b"", b""]
     assert outputs["tokens"].shape == (3, 9)
     for row, primer in enumerate(primers):
@@ -163,7 +155,7 @@ def test_a_short_primer_may_ask_for_what_the_longest_may_not(music):
     inputs = _generate_inputs(
         primer=primer, primer_length=np.array([8, 3, 3], "int32"), max_new_tokens=np.array([8, 13, 1], "int32")
     )
-    outputs = _call(loaded, "generate", **inputs)
+    outputs = call_signature(loaded, "generate", **inputs)
     assert outputs["status"].tolist() == [b"", b"", b""]
     assert outputs["tokens"].shape == (3, limit)
 
@@ -180,8 +172,8 @@ def test_generate_keeps_the_note_rules_it_was_exported_with(music, export_base, 
     inputs = _generate_inputs(
         primer=np.array([[2, 3, 10], [4, 11, 8], [5, 9, 12]], "int32"), max_new_tokens=np.array([13, 9, 11], "int32")
     )
-    ruled = _call(tf.saved_model.load(path), "generate", **inputs)["tokens"]
-    free = _call(music[1], "generate", **inputs)["tokens"]
+    ruled = call_signature(tf.saved_model.load(path), "generate", **inputs)["tokens"]
+    free = call_signature(music[1], "generate", **inputs)["tokens"]
     assert any(_breaks_the_rules(row, 3, min_note_steps) for row in free)  # what the rules are there to stop
     for row in range(3):
         count = int(inputs["max_new_tokens"][row])
@@ -205,7 +197,7 @@ def test_a_note_state_model_generates_each_padded_row_as_in_process(export_base)
         primer_length=np.array([len(primer) for primer in primers], "int32"),
         max_new_tokens=np.array([6, 9, 7], "int32"),
     )
-    outputs = _call(tf.saved_model.load(path), "generate", **inputs)
+    outputs = call_signature(tf.saved_model.load(path), "generate", **inputs)
     assert outputs["status"].tolist() == [b"", b"", b""]
     check_serving_contract(path)
     for row, primer in enumerate(primers):
@@ -236,13 +228,13 @@ def test_a_minimum_note_length_needs_the_note_rules(music, export_base):
 def test_generate_refuses_rows_of_different_batch_sizes(music):
     _, loaded, _ = music
     with pytest.raises(tf.errors.InvalidArgumentError, match="`seed` must have one row per row of `primer`"):
-        _call(loaded, "generate", **_generate_inputs(seed=np.array([1, 2], "int32")))
-    assert _call(loaded, "generate", **_generate_inputs())["tokens"].shape == (3, 8)
+        call_signature(loaded, "generate", **_generate_inputs(seed=np.array([1, 2], "int32")))
+    assert call_signature(loaded, "generate", **_generate_inputs())["tokens"].shape == (3, 8)
 
 
 def test_a_primer_without_tokens_is_answered_in_every_status(music):
     _, loaded, _ = music
-    outputs = _call(loaded, "generate", **_generate_inputs(primer=np.zeros((3, 0), "int32")))
+    outputs = call_signature(loaded, "generate", **_generate_inputs(primer=np.zeros((3, 0), "int32")))
     assert set(outputs["status"].tolist()) == {b"`primer` must hold at least one token a row"}
     assert not outputs["tokens"].any()
 
@@ -253,7 +245,7 @@ def test_translate_is_string_in_string_out_as_in_process(translation):
     model, loaded, _, tokenizer = translation
     processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer)
     texts = ["ich habe hunger", "das ist gut"]
-    outputs = _call(loaded, "translate", text=np.array(texts, object))
+    outputs = call_signature(loaded, "translate", text=np.array(texts, object))
     assert outputs["tokens"].shape == (2, 8) and outputs["score"].shape == (2,)
     source = source_tokens(tokenizer, texts)
     tokens, scores = translate_tokens(model, source, 8, beam_size=3, alpha=0.6, return_scores=True)
@@ -272,8 +264,8 @@ def test_translate_is_string_in_string_out_as_in_process(translation):
 )
 def test_translate_answers_empty_and_invalid_text_in_its_status(translation, text, message):
     loaded = translation[1]
-    good = _call(loaded, "translate", text=np.array(["ich habe hunger", "das ist gut"], object))
-    outputs = _call(loaded, "translate", text=np.array(["ich habe hunger", text, "das ist gut"], object))
+    good = call_signature(loaded, "translate", text=np.array(["ich habe hunger", "das ist gut"], object))
+    outputs = call_signature(loaded, "translate", text=np.array(["ich habe hunger", text, "das ist gut"], object))
     assert outputs["status"].tolist() == [b"", message.encode(), b""]
     assert outputs["translation"][1] == b"" and outputs["score"][1] == 0 and not outputs["tokens"][1].any()
     for key in ("translation", "tokens"):
@@ -307,7 +299,7 @@ def _direction_inputs(rows):
 def test_translate_of_both_directions_leads_each_row_with_its_direction(translation_directions):
     model, loaded, _, tokenizer = translation_directions
     assert sorted(loaded.signatures["translate"].structured_input_signature[1]) == ["direction", "text"]
-    outputs = _call(loaded, "translate", **_direction_inputs(TEXTS_AND_DIRECTIONS))
+    outputs = call_signature(loaded, "translate", **_direction_inputs(TEXTS_AND_DIRECTIONS))
     tokens, scores = _in_process_translations(model, tokenizer, TEXTS_AND_DIRECTIONS)
     assert outputs["status"].tolist() == [b"", b"", b""]
     np.testing.assert_array_equal(outputs["tokens"], tokens)
@@ -319,8 +311,8 @@ def test_translate_of_both_directions_leads_each_row_with_its_direction(translat
 def test_translate_answers_an_unknown_direction_in_its_status(translation_directions, direction):
     loaded = translation_directions[1]
     rows = [TEXTS_AND_DIRECTIONS[0], ("das ist gut", direction), TEXTS_AND_DIRECTIONS[2]]
-    outputs = _call(loaded, "translate", **_direction_inputs(rows))
-    good = _call(loaded, "translate", **_direction_inputs([rows[0], rows[2]]))
+    outputs = call_signature(loaded, "translate", **_direction_inputs(rows))
+    good = call_signature(loaded, "translate", **_direction_inputs([rows[0], rows[2]]))
     assert outputs["status"].tolist() == [b"", b"`direction` must be one of 'forward', 'reverse'", b""]
     assert outputs["translation"][1] == b"" and outputs["score"][1] == 0 and not outputs["tokens"][1].any()
     for key in ("translation", "tokens"):
@@ -330,10 +322,10 @@ def test_translate_answers_an_unknown_direction_in_its_status(translation_direct
 
 def test_translate_of_both_directions_checks_text_as_before(translation_directions):
     loaded = translation_directions[1]
-    outputs = _call(loaded, "translate", **_direction_inputs([(" ", "forward"), (b"\xff", "reverse")]))
+    outputs = call_signature(loaded, "translate", **_direction_inputs([(" ", "forward"), (b"\xff", "reverse")]))
     assert outputs["status"].tolist() == [b"`text` must not be empty", b"`text` must be valid UTF-8"]
     with pytest.raises(tf.errors.InvalidArgumentError, match="`direction` must have one row per row of `text`"):
-        _call(loaded, "translate", text=np.array(["das ist gut"], object), direction=np.array(["forward"] * 2, object))
+        call_signature(loaded, "translate", text=np.array(["das ist gut"], object), direction=np.array(["forward"] * 2, object))
 
 
 @pytest.mark.parametrize(
@@ -397,14 +389,14 @@ def test_image_signatures_equal_sample_images(serving_exports):
     model, path = serving_exports["images"]
     loaded = tf.saved_model.load(path)
     assert sorted(loaded.signatures) == ["complete", "sample", "serving_default"]
-    pixels = _call(loaded, "sample", seed=np.array([3, 4], "int32"), temperature=np.array([1.0, 0.0], "float32"),
+    pixels = call_signature(loaded, "sample", seed=np.array([3, 4], "int32"), temperature=np.array([1.0, 0.0], "float32"),
                    class_label=np.array([1, 2], "int32"))["pixels"]
     assert pixels.shape == (2,) + IMAGE_SHAPE and pixels.dtype == np.uint8
     for row, (seed, temperature, label) in enumerate([(3, 1.0, 1), (4, 0.0, 2)]):
         expected = sample_images(model, class_labels=np.array([label]), temperature=temperature, seed=seed)
         np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
     known = RNG.integers(0, 256, (2,) + IMAGE_SHAPE).astype("uint8")
-    completed = _call(loaded, "complete", pixels=known, known_rows=np.array([1, 3], "int32"),
+    completed = call_signature(loaded, "complete", pixels=known, known_rows=np.array([1, 3], "int32"),
                       seed=np.array([5, 6], "int32"), temperature=np.array([1.0, 1.0], "float32"),
                       class_label=np.array([0, 1], "int32"))["pixels"]
     for row, (rows, seed, label) in enumerate([(1, 5, 0), (3, 6, 1)]):
@@ -416,7 +408,7 @@ def test_image_signatures_equal_sample_images(serving_exports):
 
 
 def _complete(loaded, known, known_rows=(1, 3), seed=(5, 6), temperature=(1.0, 1.0), class_label=(0, 1)):
-    outputs = _call(loaded, "complete", pixels=known, known_rows=np.array(known_rows, "int32"),
+    outputs = call_signature(loaded, "complete", pixels=known, known_rows=np.array(known_rows, "int32"),
                     seed=np.array(seed, "int32"), temperature=np.array(temperature, "float32"),
                     class_label=np.array(class_label, "int32"))
     return outputs["status"], outputs["pixels"]
@@ -446,18 +438,18 @@ def test_image_signatures_answer_a_bad_row_in_its_status(images, changes, messag
 def test_dmol_and_super_resolution_signatures_equal_sample_images(export_base):
     dmol = image_model("local_1d", head="dmol")
     loaded = tf.saved_model.load(export_for_serving(dmol, export_base, name="dmol"))
-    pixels = _call(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([0.7, 0.0], "float32"))["pixels"]
+    pixels = call_signature(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([0.7, 0.0], "float32"))["pixels"]
     for row, (seed, temperature) in enumerate([(3, 0.7), (9, 0.0)]):
         expected = sample_images(dmol, 1, temperature=temperature, seed=seed)
         np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
-    logits = _call(loaded, "serving_default", pixels=pixels.astype("int32"))
+    logits = call_signature(loaded, "serving_default", pixels=pixels.astype("int32"))
     assert list(logits) == ["dmol_params"]
 
     model = super_resolution_model()
     loaded = tf.saved_model.load(export_for_serving(model, export_base, name="super_resolution"))
     assert sorted(loaded.signatures) == ["serving_default", "super_resolve"]
     low = RNG.integers(0, 256, (2,) + LOW_SHAPE).astype("uint8")
-    pixels = _call(loaded, "super_resolve", low_resolution=low, seed=np.array([1, 2], "int32"),
+    pixels = call_signature(loaded, "super_resolve", low_resolution=low, seed=np.array([1, 2], "int32"),
                    temperature=np.array([0.0, 1.0], "float32"),
                    decoding=np.array([b"sample", b"sample"]))["pixels"]
     for row, temperature in enumerate([0.0, 1.0]):
@@ -476,7 +468,7 @@ def test_super_resolve_decodes_each_row_as_its_decoding_asks(export_base, head):
     rows = [(b"posterior_mean", 0.0, 1), (b"sample", 0.8, 2), (b"posterior_mean", 1.3, 3), (b"sample", 0.0, 4)]
     low = RNG.integers(0, 256, (len(rows),) + LOW_SHAPE).astype("uint8")
     decoding, temperature, seed = (np.array(column) for column in zip(*rows))
-    outputs = _call(loaded, "super_resolve", low_resolution=low, seed=seed.astype("int32"),
+    outputs = call_signature(loaded, "super_resolve", low_resolution=low, seed=seed.astype("int32"),
                     temperature=temperature.astype("float32"), decoding=decoding)
     assert outputs["status"].tolist() == [b""] * len(rows)
     for row, (how, row_temperature, row_seed) in enumerate(rows):
@@ -494,8 +486,8 @@ def test_super_resolve_answers_an_unknown_decoding_in_its_status(export_base):
     loaded = tf.saved_model.load(export_for_serving(model, export_base, name="super_resolution_status"))
     low = RNG.integers(0, 256, (2,) + LOW_SHAPE).astype("uint8")
     inputs = dict(low_resolution=low, seed=np.array([1, 2], "int32"), temperature=np.array([1.0, 1.0], "float32"))
-    good = _call(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"sample"]), **inputs)
-    answer = _call(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"mean"]), **inputs)
+    good = call_signature(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"sample"]), **inputs)
+    answer = call_signature(loaded, "super_resolve", decoding=np.array([b"posterior_mean", b"mean"]), **inputs)
     assert answer["status"].tolist() == [b"", b"`decoding` must be 'sample' or 'posterior_mean'"]
     assert not answer["pixels"][1].any()
     np.testing.assert_array_equal(answer["pixels"][0], good["pixels"][0])
@@ -506,11 +498,11 @@ def test_relative_local_2d_image_signatures_equal_sample_images(export_base):
     path = export_for_serving(model, export_base, name="relative_local_2d")
     check_serving_contract(path)
     loaded = tf.saved_model.load(path)
-    pixels = _call(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([1.0, 0.0], "float32"))["pixels"]
+    pixels = call_signature(loaded, "sample", seed=np.array([3, 9], "int32"), temperature=np.array([1.0, 0.0], "float32"))["pixels"]
     for row, (seed, temperature) in enumerate([(3, 1.0), (9, 0.0)]):
         expected = sample_images(model, 1, temperature=temperature, seed=seed)
         np.testing.assert_array_equal(pixels[row], np.asarray(expected)[0])
-    logits = _call(loaded, "serving_default", pixels=pixels.astype("int32"))
+    logits = call_signature(loaded, "serving_default", pixels=pixels.astype("int32"))
     np.testing.assert_allclose(list(logits.values())[0], model(pixels.astype("int32")), atol=1e-4)
 
 
@@ -579,4 +571,4 @@ def test_serving_default_names_a_token_id_outside_the_vocabulary(music):
     _, loaded, _ = music
     tokens = np.array([[1, 2, 20]], "int32")
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"token id in `tokens` must lie in \[0, 19\]"):
-        _call(loaded, "serving_default", tokens=tokens)
+        call_signature(loaded, "serving_default", tokens=tokens)

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels for TF Servi
 import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import export_for_serving  # noqa: E402
-from tests.export.exported_models import MAX_MELODY_LENGTH, melody_model  # noqa: E402
+from tests.export.exported_models import MAX_MELODY_LENGTH, ROW_SETTINGS, call_signature, melody_model  # noqa: E402
 
 MELODIES = [[5, 6, 7, 8, 9], [3, 12], [4, 4, 11, 13, 2, 7, 15, 1]]
 PRIMERS = [[3, 4, 5], [9], [1, 2, 3, 6, 7]]
@@ -36,18 +36,10 @@ def _accompany_inputs(melodies=MELODIES, primers=PRIMERS, **changes):
         primer=_padded(primers, max(map(len, primers))),
         primer_length=np.array([len(primer) for primer in primers], "int32"),
         max_new_tokens=np.array([5, 6, 2], "int32"),
-        temperature=np.array([0.0, 0.9, 1.2], "float32"),
-        top_k=np.array([0, 5, 0], "int32"),
-        top_p=np.array([1.0, 0.9, 0.8], "float32"),
-        seed=np.array([1, 2, 3], "int32"),
+        **ROW_SETTINGS,
     )
     inputs.update(changes)
     return inputs
-
-
-def _call(loaded, signature, **inputs):
-    outputs = loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
-    return {k: v.numpy() for k, v in outputs.items()}
 
 
 def _generate_alone(model, inputs, row, melody=None, **options):
@@ -73,14 +65,14 @@ def _assert_rows_equal_generate_alone(outputs, model, inputs, **options):
 def test_accompany_gives_each_padded_row_what_generate_gives_it_alone(accompaniment):
     model, loaded, _ = accompaniment
     inputs = _accompany_inputs()
-    outputs = _call(loaded, "accompany", **inputs)
+    outputs = call_signature(loaded, "accompany", **inputs)
     assert outputs["tokens"].shape == (3, 8) and outputs["tokens"].dtype == np.int32
     _assert_rows_equal_generate_alone(outputs, model, inputs)
     # The tokens follow each row's own melody: another melody, other tokens.
     others = [_generate_alone(model, inputs, row, melody=MELODIES[row - 1]) for row in range(3)]
     assert any(not np.array_equal(outputs["tokens"][row, : len(other)], other) for row, other in enumerate(others))
     # Batched with other requests or alone, a row gets the same tokens.
-    alone = _call(loaded, "accompany", **{k: v[1:2] for k, v in inputs.items()})
+    alone = call_signature(loaded, "accompany", **{k: v[1:2] for k, v in inputs.items()})
     assert alone["tokens"].shape == (1, 7)
     np.testing.assert_array_equal(alone["tokens"][0], outputs["tokens"][1, :7])
 
@@ -91,7 +83,7 @@ def test_serving_default_is_the_forward_pass(accompaniment):
     inputs = dict(
         melody=rng.integers(0, 20, (2, 5)).astype("int32"), tokens=rng.integers(0, 20, (2, 6)).astype("int32")
     )
-    logits = _call(loaded, "serving_default", **inputs)["logits"]
+    logits = call_signature(loaded, "serving_default", **inputs)["logits"]
     np.testing.assert_allclose(logits, np.asarray(model(inputs)), rtol=1e-5, atol=1e-5)
 
 
@@ -131,19 +123,19 @@ WIDE_MELODIES = [[5, 6, 7, 8, 9], [3, 12] * 5, [4, 4, 11, 13, 2, 7, 15, 1]]
 def test_accompany_answers_a_bad_row_in_its_status_and_the_others_as_alone(accompaniment, changes, message):
     _, loaded, _ = accompaniment
     inputs = _accompany_inputs(**changes)
-    outputs = _call(loaded, "accompany", **inputs)
+    outputs = call_signature(loaded, "accompany", **inputs)
     assert outputs["status"][0] == outputs["status"][2] == b""
     assert outputs["status"][1].decode().startswith(message), outputs["status"][1]
     assert not outputs["tokens"][1].any()
     for row in (0, 2):
-        alone = _call(loaded, "accompany", **{k: v[row : row + 1] for k, v in inputs.items()})["tokens"][0]
+        alone = call_signature(loaded, "accompany", **{k: v[row : row + 1] for k, v in inputs.items()})["tokens"][0]
         width = outputs["tokens"].shape[1]
         np.testing.assert_array_equal(outputs["tokens"][row], np.pad(alone, [0, width - len(alone)]), f"row {row}")
 
 
 def test_a_melody_without_events_is_answered_in_every_status(accompaniment):
     _, loaded, _ = accompaniment
-    outputs = _call(loaded, "accompany", **_accompany_inputs(melody=np.zeros((3, 0), "int32")))
+    outputs = call_signature(loaded, "accompany", **_accompany_inputs(melody=np.zeros((3, 0), "int32")))
     assert set(outputs["status"].tolist()) == {b"`melody` must hold at least one event a row"}
     assert not outputs["tokens"].any()
 
@@ -151,7 +143,7 @@ def test_a_melody_without_events_is_answered_in_every_status(accompaniment):
 def test_accompany_refuses_rows_of_different_batch_sizes(accompaniment):
     _, loaded, _ = accompaniment
     with pytest.raises(tf.errors.InvalidArgumentError, match="`melody_length` must have one row per row of `melody`"):
-        _call(loaded, "accompany", **_accompany_inputs(melody_length=np.array([5, 2], "int32")))
+        call_signature(loaded, "accompany", **_accompany_inputs(melody_length=np.array([5, 2], "int32")))
 
 
 def test_accompany_keeps_the_note_rules_it_was_exported_with(tmp_path):
@@ -161,7 +153,7 @@ def test_accompany_keeps_the_note_rules_it_was_exported_with(tmp_path):
     path = export_for_serving(model, tmp_path, name="ruled", max_length=16, note_event_ids=NOTE_EVENT_IDS)
     primers = [[2, 3, 10], [4, 11], [5, 9, 12, 6]]
     inputs = _accompany_inputs(primers=primers, max_new_tokens=np.array([13, 9, 11], "int32"))
-    outputs = _call(tf.saved_model.load(path), "accompany", **inputs)
+    outputs = call_signature(tf.saved_model.load(path), "accompany", **inputs)
     _assert_rows_equal_generate_alone(outputs, model, inputs, note_event_ids=NOTE_EVENT_IDS)
     free = [_generate_alone(model, inputs, row) for row in range(3)]
     # What the rules are there to stop.
@@ -180,7 +172,7 @@ def test_accompany_through_the_c_api_loader_equals_in_process_generate(accompani
         outputs = served.run("accompany", inputs)
         bad = served.run("accompany", _accompany_inputs(**_middle_row("melody_length", 0)))
     _assert_rows_equal_generate_alone(outputs, model, inputs)
-    python_loaded = _call(loaded, "accompany", **inputs)
+    python_loaded = call_signature(loaded, "accompany", **inputs)
     for key in ("tokens", "status"):
         np.testing.assert_array_equal(outputs[key], python_loaded[key], err_msg=key)
     assert bad["status"][1].decode().startswith("`melody_length` must be in")
