@@ -91,6 +91,29 @@ def median_seconds(step, arrays, warmup=2, repeats=10):
     return statistics.median(times)
 
 
+def best_seconds(function, *args, repeats=2):
+    """Fastest of `repeats` timed calls, after one untimed (tracing) call."""
+    np.asarray(function(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.asarray(function(*args))
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def uncached_generation_seconds(forward, batch, primer_length, events, samples, vocabulary_size, rng):
+    """The time of `events` uncached generation steps after a `primer_length`
+    primer, each step `forward(tokens [batch, length])` over the whole
+    sequence so far: the mean of one pass at `samples` evenly spaced lengths
+    (random tokens below `vocabulary_size`), times `events`."""
+    lengths = np.linspace(primer_length, primer_length + events - 1, samples).astype(int)
+    per_pass = [
+        best_seconds(forward, rng.integers(0, vocabulary_size, (batch, n)).astype("int32")) for n in lengths
+    ]
+    return float(np.mean(per_pass)) * events
+
+
 def peak_memory_bytes(step, arrays):
     """Peak memory one call of `step` needs above what was live before it."""
     if keras.backend.backend() == "jax":

@@ -49,24 +49,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.common import print_table
+from benchmarks.common import best_seconds, print_table, uncached_generation_seconds
 from keras_selfattn.data.music import event_id_ranges
 from keras_selfattn.generation import continue_sequence, sample_images
 from keras_selfattn.models import image_transformer, music_transformer
 
 VOCAB_SIZE = 390
 RNG = np.random.default_rng(0)
-
-
-def best_seconds(function, *args, repeats=2):
-    """Fastest of `repeats` timed calls, after one untimed (tracing) call."""
-    np.asarray(function(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.asarray(function(*args))
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def _music_model(preset, note_state=False):
@@ -98,12 +87,7 @@ def music_table(presets, batches, events, primer_length, samples, xla):
             if xla:
                 generate = tf.function(generate, jit_compile=True)
             cached = best_seconds(generate, primer, repeats=1 if xla else 2)
-            lengths = np.linspace(primer_length, primer_length + events - 1, samples).astype(int)
-            per_pass = [
-                best_seconds(forward, RNG.integers(0, VOCAB_SIZE, (batch, n)).astype("int32"))
-                for n in lengths
-            ]
-            uncached = float(np.mean(per_pass)) * events
+            uncached = uncached_generation_seconds(forward, batch, primer_length, events, samples, VOCAB_SIZE, RNG)
             cached_plain.setdefault((preset, batch), cached)
             rows.append([
                 preset, decoding, batch, events, cached, uncached, uncached / cached,
