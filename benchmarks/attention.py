@@ -28,8 +28,9 @@ WIDTH, NUM_HEADS = 512, 8
 def built_pair(x):
     ours = MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
     theirs = keras.layers.MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
-    ours(x, x)
-    theirs(x, x)
+    symbolic = keras.KerasTensor(x.shape, x.dtype)  # builds without running the layers
+    ours(symbolic, symbolic)
+    theirs(symbolic, symbolic)
     theirs.set_weights(ours.get_weights())
     return ours, theirs
 

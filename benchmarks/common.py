@@ -52,7 +52,9 @@ def _jax_forward_backward(layer, names, call_kwargs):
 
     def trainable_values(arrays):
         if not layer.built:  # `stateless_call` needs the variables created.
-            layer(**dict(zip(names, arrays)), **call_kwargs)
+            # A symbolic call creates them without running the layer op by op.
+            symbolic = [keras.KerasTensor(array.shape, array.dtype) for array in arrays]
+            layer(**dict(zip(names, symbolic)), **call_kwargs)
         return [v.value for v in layer.trainable_variables]
 
     def step(*arrays):
@@ -129,10 +131,8 @@ def peak_memory_bytes(step, arrays):
     return tf.config.experimental.get_memory_info(device)["peak"] - before
 
 
-def measure(layer, inputs, call_kwargs=None, repeats=10):
-    """`(seconds, peak_bytes)` of one forward+backward pass of `layer`."""
-    step = forward_backward(layer, inputs, call_kwargs)
-    arrays = [keras.ops.convert_to_tensor(a) for a in inputs.values()]
+def measure(step, arrays, repeats=10):
+    """`(seconds, peak_bytes)` of one call of `step` (a `forward_backward`)."""
     return median_seconds(step, arrays, repeats=repeats), peak_memory_bytes(step, arrays)
 
 
@@ -142,11 +142,16 @@ def measure_in_turns(cases, rounds=3, repeats=10):
     The cases are measured in turns, `rounds` times, so that a slow spell of
     a shared machine or the first call's warm-up does not fall on one case:
     the time kept is the fastest round's median, the peak the median round's.
+    Each case's step is compiled once, in its first round's warm-up.
     """
+    steps = {}
+    for name, (layer, inputs, call_kwargs) in cases.items():
+        arrays = [keras.ops.convert_to_tensor(a) for a in inputs.values()]
+        steps[name] = forward_backward(layer, inputs, call_kwargs), arrays
     samples = {name: [] for name in cases}
     for _ in range(rounds):
-        for name, (layer, inputs, call_kwargs) in cases.items():
-            samples[name].append(measure(layer, inputs, call_kwargs, repeats=repeats))
+        for name, (step, arrays) in steps.items():
+            samples[name].append(measure(step, arrays, repeats=repeats))
     return {
         name: (
             min(seconds for seconds, _ in runs),
