@@ -23,11 +23,13 @@ from benchmarks.common import (
 from keras_selfattn import MultiHeadAttention
 
 WIDTH, NUM_HEADS = 512, 8
+TRAINING_COLUMNS = ["L", "ours ms", "keras ms", "time ratio", "ours MiB", "keras MiB", "memory ratio"]
 
 
-def built_pair(x):
+def built_pair(x, **keras_options):
+    """Our layer and Keras's (built with `keras_options`) with the same weights."""
     ours = MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
-    theirs = keras.layers.MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS)
+    theirs = keras.layers.MultiHeadAttention(NUM_HEADS, WIDTH // NUM_HEADS, **keras_options)
     symbolic = keras.KerasTensor(x.shape, x.dtype)  # builds without running the layers
     ours(symbolic, symbolic)
     theirs(symbolic, symbolic)
@@ -35,11 +37,12 @@ def built_pair(x):
     return ours, theirs
 
 
-def training_row(length):
+def training_row(length, rounds=3, repeats=10, **keras_options):
     x = random_inputs((1, length, WIDTH))
-    ours, theirs = built_pair(x)
+    ours, theirs = built_pair(x, **keras_options)
     inputs, kwargs = {"query": x, "value": x}, {"use_causal_mask": True}
-    results = measure_in_turns({"ours": (ours, inputs, kwargs), "keras": (theirs, inputs, kwargs)})
+    cases = {"ours": (ours, inputs, kwargs), "keras": (theirs, inputs, kwargs)}
+    results = measure_in_turns(cases, rounds=rounds, repeats=repeats)
     (ours_time, ours_memory), (keras_time, keras_memory) = results["ours"], results["keras"]
     return [
         length,
@@ -77,7 +80,7 @@ def main():
     lengths = parser.parse_args().lengths
     print_table(
         "Causal self-attention, forward+backward (ratio = ours / keras)",
-        ["L", "ours ms", "keras ms", "time ratio", "ours MiB", "keras MiB", "memory ratio"],
+        TRAINING_COLUMNS,
         [training_row(length) for length in lengths],
     )
     print_table(

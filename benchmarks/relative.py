@@ -44,6 +44,7 @@ from keras_selfattn.ops.relative import relative_distances, shaw_table_rows
 from keras_selfattn.ops.softmax import masked_softmax
 
 NUM_HEADS, KEY_DIM, WIDTH, SHAW_K = 8, 64, 512, 16
+COLUMNS = ["L", "variant", "ms", "x time", "peak MB", "x memory"]  # `anchored_rows`'
 
 
 class NaiveShawAttention(MultiHeadAttention):
@@ -99,15 +100,18 @@ class HalfSquare(keras.layers.Layer):
         return 0.5 * ops.square(ops.cast(output, "float32"))
 
 
+def skew_attention(length):
+    """The Music Transformer's skew over distances up to `length`, key table per head."""
+    return RelativeMultiHeadAttention(
+        max_relative_position=length, causal_table=True, num_heads=NUM_HEADS, key_dim=KEY_DIM
+    )
+
+
 def variants(length):
     common = dict(num_heads=NUM_HEADS, key_dim=KEY_DIM)
-
-    def skew():
-        return RelativeMultiHeadAttention(max_relative_position=length, causal_table=True, **common)
-
-    layers = {ANCHOR: MultiHeadAttention(**common), "skew": skew()}
+    layers = {ANCHOR: MultiHeadAttention(**common), "skew": skew_attention(length)}
     if keras.backend.backend() == "tensorflow":
-        layers["skew, unknown lengths"] = UnknownLengths(skew())
+        layers["skew, unknown lengths"] = UnknownLengths(skew_attention(length))
     layers["shaw"] = RelativeMultiHeadAttention(
         max_relative_position=SHAW_K, relative_type="shaw", **common
     )
@@ -129,8 +133,14 @@ def rows_for(length, repeats, chosen=None, loss="sum", rounds=3):
             layer = HalfSquare(layer)
         layer(x, use_causal_mask=True)  # build
         cases[name] = (layer, inputs, {"use_causal_mask": True})
+    return anchored_rows(length, cases, ANCHOR, repeats, rounds)
+
+
+def anchored_rows(length, cases, anchor, repeats, rounds):
+    """`[L, name, ms, x time, peak MB, x memory]` of each of `cases`
+    (`measure_in_turns`'s), the ratios to the `anchor` case's."""
     results = measure_in_turns(cases, rounds=rounds, repeats=repeats)
-    anchor_seconds, anchor_bytes = results[ANCHOR]
+    anchor_seconds, anchor_bytes = results[anchor]
     return [
         [length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
         for name, (seconds, peak) in results.items()
@@ -144,9 +154,7 @@ def memory_rows_for(length, repeats, loss="sum", rounds=3):
     """The skew layer with memory M = L against it over the 2L concatenation."""
     memory, segment = random_inputs((1, length, WIDTH)), random_inputs((1, length, WIDTH), seed=1)
     both = np.concatenate([memory, segment], axis=1)
-    layer = RelativeMultiHeadAttention(
-        max_relative_position=2 * length, causal_table=True, num_heads=NUM_HEADS, key_dim=KEY_DIM
-    )
+    layer = skew_attention(2 * length)
     if loss == "square":
         layer = HalfSquare(layer)
     layer(both, use_causal_mask=True)  # build
@@ -154,12 +162,7 @@ def memory_rows_for(length, repeats, loss="sum", rounds=3):
         MEMORY_ANCHOR: (layer, {"query": both}, {"use_causal_mask": True}),
         "skew with memory": (layer, {"query": segment, "memory": memory}, {"use_causal_mask": True}),
     }
-    results = measure_in_turns(cases, rounds=rounds, repeats=repeats)
-    anchor_seconds, anchor_bytes = results[MEMORY_ANCHOR]
-    return [
-        [length, length, name, seconds * 1e3, seconds / anchor_seconds, megabytes(peak), peak / anchor_bytes]
-        for name, (seconds, peak) in results.items()
-    ]
+    return [[length, *row] for row in anchored_rows(length, cases, MEMORY_ANCHOR, repeats, rounds)]
 
 
 def main():
@@ -186,7 +189,7 @@ def main():
     print_table(
         f"Relative attention, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
         f"causal, {args.loss} loss",
-        ["L", "variant", "ms", "x time", "peak MB", "x memory"],
+        COLUMNS,
         rows,
     )
     if args.memory:
@@ -196,7 +199,7 @@ def main():
         print_table(
             f"Segment memory, forward+backward, batch 1, {NUM_HEADS} heads, width {WIDTH}, "
             f"causal skew, {args.loss} loss",
-            ["L", "M", "variant", "ms", "x time", "peak MB", "x memory"],
+            ["L", "M", *COLUMNS[1:]],
             rows,
         )
 
