@@ -4,8 +4,10 @@ its tables with finite ratios.
 
 The programs need a fresh process (`benchmarks/__init__.py` picks
 TensorFlow's CPU allocator before TensorFlow starts), so they run in one
-child process, one after another with `runpy` as `python -m` runs them:
-TensorFlow is imported once for all of them.
+child process per backend, one after another with `runpy` as `python -m`
+runs them: TensorFlow is imported once for all of them. The GPU benchmark
+runs on JAX in a process where TensorFlow and the packages that come with
+it cannot be imported, as on the GPU machine.
 """
 
 import json
@@ -19,7 +21,7 @@ import pytest
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.backends("tensorflow", reason="the benchmarks' tiny run is timed on TensorFlow only"),
+    pytest.mark.backends("tensorflow", reason="the programs pick their backends: one stage runs them"),
 ]
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +75,31 @@ PROGRAMS = {
     ),
 }
 
+# The same for the programs that run on JAX.
+JAX_PROGRAMS = {
+    "benchmarks.gpu": (
+        ["--tiny"],
+        {
+            "Multi-head causal self-attention, forward+backward": ["time ratio", "memory ratio"],
+            "Skew relative attention against fused causal attention": ["x time", "x memory"],
+            "8x8x3 image = 192 sub-pixel positions": ["speed-up vs global", "memory / global"],
+            "Music training tokens per second": ["x float32"],
+            "Music cached generation": ["speed-up"],
+        },
+    ),
+}
+
+# The GPU machine has keras, jax and numpy, and none of these.
+ABSENT_ON_GPU_MACHINE = ("tensorflow", "tensorflow_text", "note_seq", "tf_keras", "tensorflow_datasets")
+ABSENT = f"""
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {ABSENT_ON_GPU_MACHINE!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Absent())
+"""
+
 # Runs each `[name, *flags]` of argv[1] (JSON) as `python -m name *flags` would.
 DRIVER = f"""
 import json, runpy, sys
@@ -88,7 +115,7 @@ def _tables(output):
     row a list of cells (`""` for an empty one)."""
     tables, lines = {}, output.splitlines()
     for index, line in enumerate(lines):
-        if "(backend: tensorflow" not in line:
+        if "  (backend: " not in line:
             continue
         header = lines[index + 1]
         # Cells are right-aligned under their header and joined by two spaces.
@@ -110,24 +137,26 @@ def _is_finite(cell):
         return False
 
 
-def test_every_benchmark_prints_its_tables_at_a_tiny_size():
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+def _check_tiny_runs(programs, backend, timeout, prelude=""):
+    """Runs `programs` on `backend` in one child process (after the code
+    `prelude`) and checks that each prints its tables with finite ratios."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("KERAS_SELFATTN_BENCHMARK_XLA", None)
-    programs = [[name, *flags] for name, (flags, _) in PROGRAMS.items()]
+    runs = [[name, *flags] for name, (flags, _) in programs.items()]
     result = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(programs)],
+        [sys.executable, "-c", prelude + DRIVER, json.dumps(runs)],
         cwd=REPOSITORY,
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
 
     sections = re.split(rf"^{re.escape(SEPARATOR)} (\S+)\n", result.stdout, flags=re.MULTILINE)
     outputs = dict(zip(sections[1::2], sections[2::2]))
-    assert list(outputs) == list(PROGRAMS)
-    for name, (_, expected) in PROGRAMS.items():
+    assert list(outputs) == list(programs)
+    for name, (_, expected) in programs.items():
         tables = _tables(outputs[name])
         for prefix, ratio_columns in expected.items():
             titles = [title for title in tables if title.startswith(prefix)]
@@ -140,3 +169,11 @@ def test_every_benchmark_prints_its_tables_at_a_tiny_size():
                 assert any(map(_is_finite, cells)), f"{name}: {column!r} has no finite ratio: {cells}"
             if "same tokens" in header:  # serving: the loader's tokens equal in-process generation's
                 assert {row[header.index("same tokens")] for row in rows} == {"yes"}, outputs[name]
+
+
+def test_every_benchmark_prints_its_tables_at_a_tiny_size():
+    _check_tiny_runs(PROGRAMS, "tensorflow", timeout=900)
+
+
+def test_gpu_benchmark_runs_on_jax_without_tensorflow_at_a_tiny_size():
+    _check_tiny_runs(JAX_PROGRAMS, "jax", timeout=300, prelude=ABSENT)
