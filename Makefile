@@ -4,13 +4,8 @@ PYTHON := $(VENV)/bin/python
 EXTRAS := recipes,test,jax
 # Tests compile many small XLA programs (every eager JAX op, each new shape)
 # and run each a few times: XLA's unoptimised CPU code halves the JAX stage.
-# Two test runs share the two cores, so each runs an op on one thread: a
-# second thread would wait for the core the other run holds (the stages ran
-# in 12-15% less time with one thread each).
-TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true \
-	--xla_cpu_multi_thread_eigen=false
-TEST_THREADS := TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
-PYTEST := $(TEST_THREADS) XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTHON) -m pytest -q -p no:cacheprovider
+TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
+PYTEST := XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTHON) -m pytest -q -p no:cacheprovider
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
