@@ -44,7 +44,7 @@ from keras_selfattn.ops.relative import relative_distances, shaw_table_rows
 from keras_selfattn.ops.softmax import masked_softmax
 
 NUM_HEADS, KEY_DIM, WIDTH, SHAW_K = 8, 64, 512, 16
-COLUMNS = ["L", "variant", "ms", "x time", "peak MB", "x memory"]  # `anchored_rows`'
+COLUMNS = ["L", "variant", "ms", "x time", "peak MB", "x memory"]  # of each `anchored_rows` row
 
 
 class NaiveShawAttention(MultiHeadAttention):
