@@ -8,7 +8,10 @@ EXTRAS := recipes,test,jax
 # another 38% off it (1,007 s to 623 s on one core).
 TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true \
 	--xla_cpu_use_fusion_emitters=false
-PYTEST := XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTHON) -m pytest -q -p no:cacheprovider
+# TensorFlow's oneDNN kernels set up each small shape anew: without them its tests
+# ran 9-13% faster (144 s against 158 s, and 391 s against 447 s, on one core each).
+# Users keep TensorFlow's default; the tests' tolerances hold with either.
+PYTEST := TF_ENABLE_ONEDNN_OPTS=0 XLA_FLAGS="$(TEST_XLA_FLAGS)" $(PYTHON) -m pytest -q -p no:cacheprovider
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
