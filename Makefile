@@ -40,10 +40,10 @@ demo: install
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
 # six runs two at a time, each starting when a core frees up, in an order that ends
-# both cores together (about 970 s of JAX and 1,010 s of TensorFlow's models, recipes
-# and training first; then the rest of TensorFlow but its export tests, 530 s, on the
-# core that frees first, PyTorch, 320 s, on the other, TensorFlow's export tests,
-# 340 s, and its layers and ops, 210 s). Each output line is printed whole.
+# both cores close together (about 660 s of JAX and 930 s of TensorFlow's models,
+# recipes and training first; then the rest of TensorFlow but its export tests, 550 s,
+# on the core that frees first, PyTorch, 340 s, on the other, TensorFlow's export
+# tests, 310 s, and its layers and ops, 180 s). Each output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line \
 		test-jax test-tensorflow-models test-tensorflow-rest test-torch test-tensorflow-export \
