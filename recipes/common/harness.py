@@ -441,11 +441,9 @@ class Run:
         """
         if self.args.epochs is None:
             raise UsageError("`--epochs` must be set")
-        if not model.optimizer.built:
-            # Otherwise TensorFlow traces the first training step twice: once creating
-            # the optimizer's variables, then again (under a strategy Keras builds it).
-            with self.strategy.scope():
-                model.optimizer.build(model.trainable_variables)
+        from keras_selfattn.models.family_model import build_optimizer
+
+        build_optimizer(model)
         history = model.fit(
             self.distribute(train_data),
             epochs=self.args.epochs,

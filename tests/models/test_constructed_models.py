@@ -3,6 +3,7 @@ hyperparameters, which `get_config` returns; presets on the class; the
 cached-step contract and `generate` on the model; files saved by earlier
 versions still load and generate the same tokens."""
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from keras_selfattn.generation import continue_sequence, translate_tokens
 from keras_selfattn.models import (
+    MaskedSparseCategoricalCrossentropy,
     MusicTransformer,
     TranslationTransformer,
     music_transformer,
@@ -163,3 +165,34 @@ def test_every_family_class_lists_its_presets_and_builds_them():
     assert type(image) is ImageTransformer and image.image_shape == (4, 4, 3)
     graph = GraphTransformer.from_preset("tiny", vocabulary_size=9, num_relations=2, num_layers=1)
     assert graph.vocabulary_size == 9 and graph.num_relations == 2
+
+
+def _count_traces(model):
+    """Counts the Python runs of `model.train_step`: one per trace in graph mode."""
+    traces = []
+    train_step = model.train_step
+
+    def counted(data):
+        traces.append(1)
+        return train_step(data)
+
+    model.train_step = counted
+    return traces
+
+
+@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+def test_fit_traces_the_training_step_once(strategy):
+    if keras.config.backend() != "tensorflow":
+        pytest.skip("tracing is TensorFlow's")
+    import tensorflow as tf
+
+    scope = tf.distribute.MirroredStrategy(["CPU:0"]).scope() if strategy == "mirrored" else contextlib.nullcontext()
+    with scope:
+        model = MusicTransformer(**MUSIC)
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=MaskedSparseCategoricalCrossentropy())
+    traces = _count_traces(model)
+    tokens = np.random.default_rng(0).integers(1, 30, (4, 9))
+    history = model.fit(tokens[:, :-1], tokens[:, 1:], batch_size=2, epochs=2, verbose=0)
+    assert len(traces) == 1
+    assert model.optimizer.iterations.numpy() == 4
+    assert np.isfinite(history.history["loss"]).all()
