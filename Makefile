@@ -64,13 +64,13 @@ test-other-backends: test-jax test-torch
 test-tensorflow-but-export: test-tensorflow-models test-tensorflow-layers test-tensorflow-rest
 
 TENSORFLOW_MODEL_TESTS := tests/models tests/recipes tests/training
-TENSORFLOW_LAYER_TESTS := tests/layers tests/ops
+TENSORFLOW_LAYER_TESTS := tests/layers tests/ops tests/serving
 
 test-tensorflow-models: install
 	@$(call timed,tensorflow (models recipes training),$(PYTEST) $(TENSORFLOW_MODEL_TESTS))
 
 test-tensorflow-layers: install
-	@$(call timed,tensorflow (layers ops),$(PYTEST) $(TENSORFLOW_LAYER_TESTS))
+	@$(call timed,tensorflow (layers ops serving),$(PYTEST) $(TENSORFLOW_LAYER_TESTS))
 
 test-tensorflow-rest: install
 	@$(call timed,tensorflow (the rest but tests/export),$(PYTEST) tests --ignore=tests/export \
