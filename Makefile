@@ -18,8 +18,8 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensiv
 # tests/models/test_sequence_models.py from 157 s to 106 s on one core.
 # Two test processes share the two cores all along: a process whose TensorFlow or PyTorch
 # kernels split each op over both cores waits on the other's share. With one thread per
-# op, tests/generation and tests/ops on PyTorch took 53 s against 109 s, and
-# tests/models on TensorFlow 210 s against 257 s, the two running side by side.
+# op, tests/generation and tests/ops on PyTorch took 35 s against 109 s, and
+# tests/models on TensorFlow 183 s against 257 s, the two running side by side.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE TF_ENABLE_ONEDNN_OPTS=0 XLA_FLAGS="$(TEST_XLA_FLAGS)" \
 	TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q -p no:cacheprovider
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
@@ -50,10 +50,10 @@ demo: install
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
 # six runs two at a time, each starting when a core frees up, in an order that ends
-# both cores close together (about 660 s of JAX and 930 s of TensorFlow's models,
-# recipes and training first; then the rest of TensorFlow but its export tests, 550 s,
-# on the core that frees first, PyTorch, 340 s, on the other, TensorFlow's export
-# tests, 310 s, and its layers and ops, 180 s). Each output line is printed whole.
+# both cores close together (about 710 s of JAX and 880 s of TensorFlow's models,
+# recipes and training first; then the rest of TensorFlow but its export tests, 400 s,
+# on the core that frees first, PyTorch, 260 s, on the other, TensorFlow's export
+# tests, 280 s, and its layers, ops and serving, 245 s). Each output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line \
 		test-jax test-tensorflow-models test-tensorflow-rest test-torch test-tensorflow-export \
