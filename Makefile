@@ -11,17 +11,18 @@ TEST_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_llvm_disable_expensiv
 # TensorFlow's oneDNN kernels set up each small shape anew: without them its tests
 # ran 9-13% faster (144 s against 158 s, and 391 s against 447 s, on one core each).
 # Users keep TensorFlow's default; the tests' tolerances hold with either.
+TEST_ENV := TF_ENABLE_ONEDNN_OPTS=0 XLA_FLAGS="$(TEST_XLA_FLAGS)"
+# Two test processes share the two cores all along: a process whose TensorFlow or PyTorch
+# kernels split each op over both cores waits on the other's share. With one thread per
+# op, tests/generation and tests/ops on PyTorch took 35 s against 109 s, and
+# tests/models on TensorFlow 183 s against 257 s, the two running side by side.
+TEST_ENV += TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 # Each test process (and each program a test starts) imports TensorFlow, Keras and
 # the rest anew: where the environment sets PYTHONDONTWRITEBYTECODE, each compiled
 # all their Python sources again (9 s of TensorFlow's 15 s import). Writing the
 # bytecode once took tests/training's distribution and segment-memory tests and
 # tests/models/test_sequence_models.py from 157 s to 106 s on one core.
-# Two test processes share the two cores all along: a process whose TensorFlow or PyTorch
-# kernels split each op over both cores waits on the other's share. With one thread per
-# op, tests/generation and tests/ops on PyTorch took 35 s against 109 s, and
-# tests/models on TensorFlow 183 s against 257 s, the two running side by side.
-PYTEST := env -u PYTHONDONTWRITEBYTECODE TF_ENABLE_ONEDNN_OPTS=0 XLA_FLAGS="$(TEST_XLA_FLAGS)" \
-	TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q -p no:cacheprovider
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
