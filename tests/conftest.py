@@ -6,6 +6,24 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 
+def _lower_every_jax_program_in_one_mlir_context():
+    """JAX lowers each program in a new MLIR context, loading every dialect
+    anew. The tests run thousands of eager ops at new shapes, each lowered and
+    compiled on its own: with one context, tests/layers/test_local_attention_2d.py
+    and test_relative_multi_head_attention.py took 80 s against 114 s, and 1.9
+    against 4.4 GB. Where JAX's internals differ, its default stays."""
+    import functools
+
+    from jax._src.interpreters import mlir
+
+    if callable(getattr(mlir, "make_ir_context", None)):
+        mlir.make_ir_context = functools.lru_cache(maxsize=1)(mlir.make_ir_context)
+
+
+if keras.backend.backend() == "jax":
+    _lower_every_jax_program_in_one_mlir_context()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Each test starts in float32 with fixed seeds and, on TensorFlow,
