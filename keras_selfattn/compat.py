@@ -10,8 +10,11 @@ Keras has no public API for these, so a Keras release may rename them;
   `keras_selfattn.distribute` replaces for multi-worker `fit`, the trainer's
   strategy, and TensorFlow's test of a strategy running several workers.
 - TensorFlow's test of whether a graph is being compiled with XLA.
+- The backend's own constant padding, which `pad` calls in place of `keras.ops.pad`.
 """
 
+import keras
+from keras.src import backend as keras_backend
 from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "get_keras_mask",
     "in_multi_worker_mode",
     "in_xla_context",
+    "pad",
     "set_keras_mask",
     "symbolic_build",
     "tensorflow_trainer_module",
@@ -114,3 +118,17 @@ def in_xla_context():
     from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
 
     return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def pad(x, pad_width, constant_values=None):
+    """`keras.ops.pad(x, pad_width, constant_values=constant_values)`, constant
+    mode, with one `[before, after]` pair per axis of `x`.
+
+    `keras.ops.pad` creates a new `Operation` on every call, named from a global
+    counter. `torch.compile` guards on that counter, so a compiled function that
+    pads was compiled anew on every call (7 s a call for `LocalAttention1D`)
+    until its recompile limit. Only a symbolic `x` needs the `Operation`.
+    """
+    if keras.backend.is_keras_tensor(x):
+        return keras.ops.pad(x, pad_width, constant_values=constant_values)
+    return keras_backend.numpy.pad(x, pad_width, mode="constant", constant_values=constant_values)

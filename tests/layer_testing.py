@@ -4,7 +4,8 @@ It checks, for one layer configuration and one batch of inputs: the config
 round trip and registered serialization, the symbolic (Functional) call, the
 eager call, one `fit` step, `mixed_float16` and `mixed_bfloat16`, `.keras`
 save and load without `custom_objects`, and a `jit_compile=True` predict
-(on PyTorch, `torch.compile`, for the first configuration of each layer class).
+(on PyTorch, `torch.compile`, for the first configuration of each layer class,
+twice: the second compiles nothing).
 """
 
 import keras
@@ -130,6 +131,18 @@ def _check_jit_predict(model, layer_cls, inputs, expected):
         return
     model.compile(jit_compile=True)
     np.testing.assert_allclose(_predict(model, inputs), expected, atol=1e-5, rtol=1e-5)
+    if keras.backend.backend() == "torch":
+        _check_compiled_once(model, inputs, expected)
+
+
+def _check_compiled_once(model, inputs, expected):
+    """A second `torch.compile`d predict runs what the first compiled: the compiled
+    graphs are guarded on the Python state they read, so a layer that changes
+    such state on every call is compiled anew every call."""
+    import torch
+
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        np.testing.assert_allclose(_predict(model, inputs), expected, atol=1e-5, rtol=1e-5)
 
 
 def _check_save_and_load(model, inputs, expected, tmp_path):

@@ -154,3 +154,13 @@ def test_only_compat_imports_keras_internals():
         if pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert not offenders, f"import keras.src only in keras_selfattn/compat.py; also imported by {offenders}"
+
+
+def test_pad_equals_keras_pad_eagerly_and_symbolically():
+    x = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    widths = [[0, 0], [2, 1], [0, 3]]
+    expected = keras.ops.convert_to_numpy(keras.ops.pad(x, widths, constant_values=-1.0))
+    eager = compat.pad(keras.ops.convert_to_tensor(x), widths, constant_values=-1.0)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(eager), expected)
+    symbolic = compat.pad(keras.Input((3, 4)), widths)
+    assert tuple(symbolic.shape) == (None, 6, 7)

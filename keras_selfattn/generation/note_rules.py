@@ -19,6 +19,7 @@ import functools
 
 from keras import ops
 
+from keras_selfattn.compat import pad
 from keras_selfattn.ops.note_state import (
     elapsed_steps,
     last_note_events,
@@ -102,7 +103,7 @@ class NoteRules:
         if not self.min_note_steps:
             return (sounding,)
         # Column 0 is the time before the first token, so position -1 (no note-on) reads 0.
-        steps = ops.pad(elapsed_steps(tokens, self.time_shift_id, self.num_time_shifts), [[0, 0], [1, 0]])
+        steps = pad(elapsed_steps(tokens, self.time_shift_id, self.num_time_shifts), [[0, 0], [1, 0]])
         struck_at = ops.take_along_axis(steps, last_on[:, 0] + 1, axis=1)
         clock = ops.take_along_axis(steps, self._last_positions(tokens, length)[:, None] + 1, axis=1)[:, 0]
         return sounding, struck_at, clock

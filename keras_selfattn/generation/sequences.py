@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_selfattn.compat import pad
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import (
@@ -119,7 +120,7 @@ def extend_sequence(model, primer, max_new_tokens, choose, primer_length=None, n
         primer_length = ops.cast(primer_length, "int32")
         primer = _zeros_past(primer, primer_length)
         start = 0 if sliding else ops.min(primer_length) - 1
-    tokens = ops.pad(primer, [[0, 0], [0, max_new_tokens]])
+    tokens = pad(primer, [[0, 0], [0, max_new_tokens]])
     caches = model.initial_cache(ops.shape(primer)[0], total_length)
     if not sliding:
         prefill = primer[:, :-1]

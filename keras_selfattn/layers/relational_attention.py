@@ -5,6 +5,7 @@ import dataclasses
 import keras
 from keras import backend, ops
 
+from keras_selfattn.compat import pad
 from keras_selfattn.layers.argument_checks import check_positive_int, checked_in_range
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
@@ -308,7 +309,7 @@ class RelationalAttention(MultiHeadAttention):
 
     def _bias_rows(self):
         """`relative_bias` `[heads, num_relations + 1]` in float32, column 0 zero."""
-        return ops.pad(ops.cast(self.relative_bias, "float32"), [[0, 0], [1, 0]])
+        return pad(ops.cast(self.relative_bias, "float32"), [[0, 0], [1, 0]])
 
     def _dense_relation_logits(self, query, relations):
         """`[batch, heads, query, key]` float32 relation logits of dense ids."""

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_selfattn.compat import pad
 from keras_selfattn.layers.local_attention_1d import LocalAttention1D
 from keras_selfattn.layers.local_attention_2d import LocalAttention2D
 from keras_selfattn.layers.local_relative_attention_2d import LocalRelativeAttention2D
@@ -146,7 +147,7 @@ def shift_right(x, attention, block_shape):
 
 
 def _shift_sequence(sequence):
-    return ops.pad(sequence, [[0, 0], [1, 0], [0, 0]])[:, :-1]
+    return pad(sequence, [[0, 0], [1, 0], [0, 0]])[:, :-1]
 
 
 def position_signal(attention, name):

@@ -32,6 +32,7 @@ import math
 
 from keras import ops
 
+from keras_selfattn.compat import pad
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 
 
@@ -194,7 +195,7 @@ def _pad_axis(x, axis, before, after):
     axis = _positive_axis(x, axis)
     widths = [(0, 0)] * len(x.shape)
     widths[axis] = (before, after)
-    return ops.pad(x, widths)
+    return pad(x, widths)
 
 
 def _slice_axis(x, axis, start, size):

@@ -31,6 +31,8 @@ array([ True,  True,  True,  True,  True,  True, False])
 
 from keras import ops
 
+from keras_selfattn.compat import pad
+
 
 def check_divisible(height, width, block_shape):
     """Raises a `ValueError` unless `block_shape` tiles `(height, width)`."""
@@ -56,7 +58,7 @@ def pad_image_to_blocks(image, block_shape):
     widths = [(0, 0)] * len(image.shape)
     widths[1] = (0, padded_height - height)
     widths[2] = (0, padded_width - width)
-    return ops.pad(image, widths)
+    return pad(image, widths)
 
 
 def image_to_blocks(image, block_shape):
@@ -297,7 +299,7 @@ def pixel_validity(positions, grid_shape, key_mask=None):
     if key_mask is None:
         return inside
     key_mask = ops.reshape(ops.cast(key_mask, "bool"), [-1, height * width])
-    key_mask = ops.pad(key_mask, [(0, 0), (0, 1)])  # outside positions read False
+    key_mask = pad(key_mask, [(0, 0), (0, 1)])  # outside positions read False
     return ops.logical_and(inside, ops.take(key_mask, positions, axis=1))
 
 

@@ -19,6 +19,8 @@ backends, fails a gather).
 
 from keras import ops
 
+from keras_selfattn.compat import pad
+
 # Columns of an edge list `[num_edges, 4]`.
 EDGE_BATCH, EDGE_QUERY, EDGE_KEY, EDGE_RELATION = range(4)
 
@@ -26,7 +28,7 @@ EDGE_BATCH, EDGE_QUERY, EDGE_KEY, EDGE_RELATION = range(4)
 def with_no_relation_row(table):
     """`table [(h,) R, d]` with a zero row 0 for "no relation": `[(h,) R + 1, d]`."""
     padding = [[0, 0]] * (len(table.shape) - 2) + [[1, 0], [0, 0]]
-    return ops.pad(table, padding)
+    return pad(table, padding)
 
 
 def without_unknown_ids(relations, num_ids):

@@ -9,6 +9,8 @@ it to the usual `[..., query, key]` layout without ever forming a
 
 from keras import ops
 
+from keras_selfattn.compat import pad
+
 # Farther than any two positions can be apart; keeps clipped sums open-ended.
 _UNBOUNDED_DISTANCE = 2**30
 
@@ -56,7 +58,7 @@ def skew_causal(x):
            [7., 8., 9.]])
     """
     leading, length, _ = _split_last_two(x)
-    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
+    padded = pad(x, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
     padded = ops.reshape(padded, leading + (length + 1, length))
     return _slice_trailing(padded, (1, 0), (-1, -1))
 
@@ -133,7 +135,7 @@ def _skew_causal_square(x, distance_zero, key_length, memory_length=0):
     """`skew_causal_square` with `x`'s last column given as `distance_zero`."""
     leading, length, count = _split_last_two(x)
     width = length + memory_length
-    x = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [width - count, 0]])
+    x = pad(x, [[0, 0]] * len(leading) + [[0, 0], [width - count, 0]])
     # out[i, j] = flat[L - 1 + (W - 1) * i + j] for the first W - 1 keys,
     # W = M + L: row i of the padded matrix holds distance j - (M + i) in
     # column j - i + L - 1.
@@ -177,7 +179,7 @@ def unskew_causal_square(weights, count):
     later = ops.reshape(later, leading + (length - 1, length + 1))
     later = _slice_trailing(later, (0, length + 1 - count), (length - 1, count))
     first = _slice_trailing(weights, (0, 0), (1, 1))
-    first = ops.pad(first, [[0, 0]] * len(leading) + [[0, 0], [count - 1, 0]])
+    first = pad(first, [[0, 0]] * len(leading) + [[0, 0], [count - 1, 0]])
     return ops.concatenate([first, later], axis=-2)
 
 
@@ -190,7 +192,7 @@ def _fit_last_axis(x, size):
         return x
     if not static or current < size:
         padding = size - current if static else ops.maximum(size - current, 0)
-        x = ops.pad(x, [[0, 0]] * (len(x.shape) - 1) + [[0, padding]])
+        x = pad(x, [[0, 0]] * (len(x.shape) - 1) + [[0, padding]])
     return _slice_trailing(x, (0,), (size,))
 
 
@@ -209,7 +211,7 @@ def skew(x, key_length):
     leading, query_length, width = _split_last_two(x)
     # With one extra column, row i starts i entries later than a row stride
     # of `width`, so reading with stride `width` shifts row i left by i.
-    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, 1]])
+    padded = pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, 1]])
     flat = ops.reshape(padded, leading + (query_length * (width + 1),))
     flat = _slice_trailing(flat, (query_length - 1,), (query_length * width,))
     return _slice_trailing(ops.reshape(flat, leading + (query_length, width)), (0,), (key_length,))
@@ -227,7 +229,7 @@ def unskew_causal(x):
         key is before position 0.
     """
     leading, length, _ = _split_last_two(x)
-    padded = ops.pad(x, [[0, 0]] * len(leading) + [[1, 0], [0, 0]])
+    padded = pad(x, [[0, 0]] * len(leading) + [[1, 0], [0, 0]])
     padded = ops.reshape(padded, leading + (length, length + 1))
     return _slice_trailing(padded, (1,), (-1,))
 
@@ -244,9 +246,9 @@ def unskew(x):
     """
     leading, query_length, key_length = _split_last_two(x)
     width = query_length + key_length - 1
-    padded = ops.pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, query_length - 1]])
+    padded = pad(x, [[0, 0]] * len(leading) + [[0, 0], [0, query_length - 1]])
     flat = ops.reshape(padded, leading + (query_length * width,))
-    flat = ops.pad(flat, [[0, 0]] * len(leading) + [[query_length - 1, 1]])
+    flat = pad(flat, [[0, 0]] * len(leading) + [[query_length - 1, 1]])
     return _slice_trailing(ops.reshape(flat, leading + (query_length, width + 1)), (0,), (width,))
 
 
@@ -351,7 +353,7 @@ def sum_weights_by_distance(weights, query_positions, low, high):
     leading, query_length, key_length = _split_last_two(weights)
     # cumulative[..., i, m] = sum of weights[..., i, :m]
     cumulative = ops.cumsum(weights, axis=-1)
-    cumulative = ops.pad(cumulative, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
+    cumulative = pad(cumulative, [[0, 0]] * len(leading) + [[0, 0], [1, 0]])
     flat = ops.reshape(cumulative, leading + (query_length * (key_length + 1),))
     positions = ops.cast(query_positions, "int32")[:, None]
     start = ops.clip(positions + low[None, :], 0, key_length)
@@ -390,7 +392,7 @@ def local_relative_logits(query_table_logits):
     """
     leading, block_length, _ = _split_last_two(query_table_logits)
     future = [[0, 0]] * len(leading) + [[0, 0], [0, block_length - 1]]
-    return skew(ops.pad(query_table_logits, future), 2 * block_length)
+    return skew(pad(query_table_logits, future), 2 * block_length)
 
 
 def local_relative_weights(weights):

@@ -10,6 +10,8 @@ import math
 
 from keras import ops
 
+from keras_selfattn.compat import pad
+
 
 def _inverse_timescales(num_timescales, min_timescale, max_timescale):
     increment = math.log(float(max_timescale) / float(min_timescale)) / max(
@@ -60,7 +62,7 @@ def timing_signal_1d(
         num_timescales, min_timescale, max_timescale
     )
     signal = _sin_cos(positions, inverse_timescales)
-    return ops.pad(signal, [[0, 0], [0, channels % 2]])
+    return pad(signal, [[0, 0], [0, channels % 2]])
 
 
 def timing_signal_nd(
@@ -101,7 +103,7 @@ def timing_signal_nd(
         signal = _sin_cos(ops.arange(length, dtype="float32"), inverse_timescales)
         prepad = dim * 2 * num_timescales
         postpad = channels - (dim + 1) * 2 * num_timescales
-        signal = ops.pad(signal, [[0, 0], [prepad, postpad]])
+        signal = pad(signal, [[0, 0], [prepad, postpad]])
         broadcast_shape = [1] * num_dims + [channels]
         broadcast_shape[dim] = length
         total = total + ops.reshape(signal, broadcast_shape)
