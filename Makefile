@@ -50,15 +50,15 @@ demo: install
 
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
-# six runs two at a time, each starting when a core frees up, in an order that ends
-# both cores close together (about 710 s of JAX and 880 s of TensorFlow's models,
-# recipes and training first; then the rest of TensorFlow but its export tests, 400 s,
-# on the core that frees first, PyTorch, 260 s, on the other, TensorFlow's export
-# tests, 280 s, and its layers, ops and serving, 245 s). Each output line is printed whole.
+# six runs two at a time, each starting when a core frees up. On one core each: JAX about
+# 400 s, TensorFlow's models, recipes and training 800 s, its rest but the export tests
+# 280 s, PyTorch 135 s, TensorFlow's export tests 290 s and its layers, ops and serving
+# 245 s. In this order the last two start close together, one on each core, and the
+# cores end close together. Each output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line \
-		test-jax test-tensorflow-models test-tensorflow-rest test-torch test-tensorflow-export \
-		test-tensorflow-layers
+		test-jax test-tensorflow-models test-tensorflow-rest test-torch \
+		test-tensorflow-export test-tensorflow-layers
 
 # Every test on one backend at a time.
 test-tensorflow: install
