@@ -15,8 +15,10 @@ def _lower_every_jax_program_in_one_mlir_context():
     JAX's internals differ, its default stays."""
     import functools
 
-    from jax._src.interpreters import mlir
-
+    try:
+        from jax._src.interpreters import mlir
+    except ImportError:
+        return
     if callable(getattr(mlir, "make_ir_context", None)):
         mlir.make_ir_context = functools.lru_cache(maxsize=1)(mlir.make_ir_context)
 

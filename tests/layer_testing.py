@@ -124,14 +124,15 @@ def _predict(model, inputs):
 def _check_jit_predict(model, layer_cls, inputs, expected):
     if model.jit_compile:
         return  # `_predict` already ran compiled (JAX compiles by default).
-    # On PyTorch `jit_compile=True` is `torch.compile`: its tracing of Keras's frames took
-    # 64 and 113 s for LocalAttention1D's two configurations, so there it runs for the first
-    # configuration of each layer class a session tests.
-    if keras.backend.backend() == "torch" and not _first_configuration("torch.compile", layer_cls):
+    # On PyTorch `jit_compile=True` is `torch.compile`: tracing Keras's frames takes 10-23 s
+    # for a layer's first compiled predict, so there it runs for the first configuration of
+    # each layer class a session tests.
+    on_torch = keras.backend.backend() == "torch"
+    if on_torch and not _first_configuration("torch.compile", layer_cls):
         return
     model.compile(jit_compile=True)
     np.testing.assert_allclose(_predict(model, inputs), expected, atol=1e-5, rtol=1e-5)
-    if keras.backend.backend() == "torch":
+    if on_torch:
         _check_compiled_once(model, inputs, expected)
 
 
