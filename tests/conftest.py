@@ -1,3 +1,4 @@
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -25,6 +26,12 @@ def _lower_every_jax_program_in_one_mlir_context():
 
 if keras.backend.backend() == "jax":
     _lower_every_jax_program_in_one_mlir_context()
+
+# Tracing graphs and lowering programs allocate millions of small objects that
+# live as long as their graph or program, and Python collects its youngest objects
+# every 700 allocations by default. Every 50,000: TensorFlow's tests/models took
+# 185 s against 207 s, JAX's tests/generation 117 s against 124 s, on one core each.
+gc.set_threshold(50_000, 20, 20)
 
 
 @pytest.fixture(autouse=True)
