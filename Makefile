@@ -51,12 +51,12 @@ demo: install
 # The whole suite (docstring examples included) on TensorFlow and the backend-neutral
 # ops, layers and generation (which builds every model family) on JAX and PyTorch, as
 # six runs in two lanes, each lane pinned to a core where there are two. In a fresh
-# clone's CI run: JAX 367 s, TensorFlow's rest 274 s, PyTorch 153 s and its layers and
-# ops 177 s in one lane; TensorFlow's models, recipes and training 755 s and its export
-# and serving tests 322 s in the other. Unpinned, the programs that tests start
-# (a distribution strategy's workers, the C API loader, the benchmarks) took time from
-# the other lane: the six ran in 1,222 s, against 1,133 s pinned. Each output line is
-# printed whole.
+# clone's CI run: JAX 361 s, TensorFlow's rest 325 s, PyTorch 139 s and TensorFlow's
+# layers and ops 152 s in one lane; TensorFlow's models, recipes and training 749 s and
+# its export and serving tests 284 s in the other (1,066 s in all). Unpinned, the
+# programs that tests start (a distribution strategy's workers, the C API loader, the
+# benchmarks) took time from the other lane: the same stages ran in 1,222 s. Each
+# output line is printed whole.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=line test-lane-0 test-lane-1
 
