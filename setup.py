@@ -44,7 +44,11 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    packages=find_packages(include=["keras_selfattn", "keras_selfattn.*"]),
+    # The programs people run, `python recipes/music.py` or `python -m recipes.music`
+    # (`serving/client.py` likewise), import `recipes` and `serving` as installed packages.
+    packages=find_packages(
+        include=["keras_selfattn", "keras_selfattn.*", "recipes", "recipes.*", "serving", "serving.*"]
+    ),
     # The trained presets' weights (keras_selfattn.models.presets).
     package_data={"keras_selfattn.models": ["weights/*.weights.h5"]},
     python_requires=">=3.10",

@@ -1,4 +1,5 @@
 """The recipes: programs that train, evaluate and export keras_selfattn models.
 
-Run one from the repository root as `python recipes/music.py ...` or
-`python -m recipes.music ...`; shared helpers are in `recipes.common`."""
+With the project installed (`pip install -e ".[recipes]"`), run one as
+`python recipes/music.py ...` or `python -m recipes.music ...`; shared
+helpers are in `recipes.common`."""

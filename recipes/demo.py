@@ -4,7 +4,7 @@ in the package, and shows relative attention holding past its training length.
 1. Continuations. `MusicTransformer.from_preset(--model)` (or a trained
    `.keras` file) continues `--primers_per_performance` primers of
    `--primer_events` events from each held-out performance of the embedded
-   MAESTRO data by `--generate_events` events, with the decoding the preset
+   MAESTRO data by `--max_new_tokens` events, with the decoding the preset
    was given on validation data (`--temperature`, `--top_p` and
    `--min_note_ms` override it), once per `--seeds` seed. It prints the
    continuations' note statistics (median note length, share of notes over
@@ -15,8 +15,8 @@ in the package, and shows relative attention holding past its training length.
    relative attention and no absolute timing signal for `--training_steps`
    steps on `--sequence_length` (256) event crops, and beside it (`--contrast on`) the same model
    with absolute attention, and prints each one's held-out NLL per event at
-   1x, 2x and 4x the training length (`recipes/music.py` does the training
-   and writes its outputs under `<model_dir>/relative` and
+   1x, 2x and 4x the training length (`recipes/music.py`, run as a program of
+   its own, does the training and writes its outputs under `<model_dir>/relative` and
    `<model_dir>/absolute`).
 
     python recipes/demo.py --model_dir runs/demo
@@ -25,20 +25,18 @@ in the package, and shows relative attention holding past its training length.
 """
 
 import argparse
+import json
 import math
-import sys
 from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from recipes import music  # noqa: E402
 from recipes.common import plots  # noqa: E402
+from recipes.common.cli import run_recipe  # noqa: E402
+from recipes.common.music_recipes import EVALUATION_FACTORS, load_performances  # noqa: E402
 
 NAME = "demo"
 # The three figures a continuation must come close to the held-out data on.
@@ -72,9 +70,7 @@ def build_parser():
         help="primers taken from each held-out performance, evenly spread over it",
     )
     shipped.add_argument("--primer_events", type=harness.positive_int, default=256, help="events of each primer")
-    shipped.add_argument(
-        "--generate_events", type=harness.positive_int, default=512, help="events the model adds to each primer"
-    )
+    harness.add_max_new_tokens_flag(shipped, default=512, help="events the model adds to each primer")
     shipped.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1],
         help="sampling seeds; the statistics pool the continuations of all of them",
@@ -149,7 +145,7 @@ def decoding(args, preset_settings, music_data):
     if args.top_p is not None:
         settings["top_p"] = args.top_p
     if args.min_note_ms is not None:
-        settings["min_note_steps"] = music.min_note_steps(args.min_note_ms)
+        settings["min_note_steps"] = music_data.milliseconds_to_steps(args.min_note_ms)
     return settings
 
 
@@ -161,7 +157,7 @@ def continue_windows(args, model, settings, windows):
     primers = np.stack([w[: args.primer_events] for w in windows])
     pieces = []
     for seed in args.seeds:
-        tokens = continue_sequence(model, primers, args.generate_events, seed=seed, **settings)
+        tokens = continue_sequence(model, primers, args.max_new_tokens, seed=seed, **settings)
         pieces.append(list(keras.ops.convert_to_numpy(tokens)))
     return pieces
 
@@ -177,19 +173,19 @@ def within(ratio):
 def continuation_rows(args, run, music_data, model, settings, held_out):
     """Statistics of the continuations per held-out performance and pooled,
     each beside the data's; writes the MIDI files and the piano roll."""
-    window = args.primer_events + args.generate_events
+    window = args.primer_events + args.max_new_tokens
     windows = [primer_windows(p, args.primers_per_performance, window) for p in held_out]
     used = [index for index, found in enumerate(windows) if found]
     if not used:
         raise harness.UsageError(
-            f"--primer_events + --generate_events: no held-out performance is {window} events long"
+            f"--primer_events + --max_new_tokens: no held-out performance is {window} events long"
         )
     for index in set(range(len(held_out))) - set(used):
         run.log(f"held-out performance {index + 1}: shorter than one window of {window} events, skipped")
     flat = [w for index in used for w in windows[index]]
     run.log(
         f"continuing {len(flat)} primers from {len(used)} held-out performances by "
-        f"{args.generate_events} events, seeds {args.seeds} ..."
+        f"{args.max_new_tokens} events, seeds {args.seeds} ..."
     )
     by_seed = continue_windows(args, model, settings, flat)
     rows, first = [], 0
@@ -226,10 +222,10 @@ def write_outputs(args, run, music_data, pieces):
         music_data.events_to_midi(tokens, str(path))
     run.wrote(f"{len(pieces)} continuations as MIDI (primer + continuation)", run.path("continuations"))
     primer, tokens = pieces[0][: args.primer_events], pieces[0]
-    primer_notes, new_notes = music.split_notes(music_data, primer, tokens)
+    primer_notes, new_notes = music_data.split_continuation_notes(primer, tokens)
     roll = plots.piano_roll(
         run.path("piano_roll.png"), primer_notes, new_notes,
-        boundary_seconds=music.events_seconds(music_data, primer),
+        boundary_seconds=music_data.performance_seconds(primer),
         title=f"{args.model}: held-out primer (blue), continuation (orange)",
     )
     run.wrote("piano roll of the first continuation", roll)
@@ -259,15 +255,17 @@ def log_continuations(run, rows):
 
 
 def train_length_model(args, run, attention):
-    """Trains and evaluates one tiny model with recipes/music.py; its NLL report."""
+    """Trains and evaluates one tiny model with recipes/music.py, run as a
+    program of its own; the NLL part of its report."""
     steps_per_epoch = min(args.training_steps, 100)
     epochs = max(1, round(args.training_steps / steps_per_epoch))
+    model_dir = run.path(attention)
     argv = [
-        "--model_dir", str(run.path(attention)), "--preset", "tiny", "--attention", attention,
+        "--model_dir", str(model_dir), "--preset", "tiny", "--attention", attention,
         "--sequence_length", str(args.sequence_length), "--batch_size", "16", "--epochs", str(epochs),
         "--steps_per_epoch", str(steps_per_epoch), "--learning_rate", "2e-3",
         "--learning_rate_schedule", "cosine", "--warmup_steps", str(steps_per_epoch // 2),
-        "--eval_examples", str(args.eval_examples), "--generate_events", "32", "--seed", str(args.seed),
+        "--eval_examples", str(args.eval_examples), "--max_new_tokens", "32", "--seed", str(args.seed),
         "--verbose", "2" if args.verbose else "0",
     ]
     for flag in ("data_dir", "midi_dir"):
@@ -276,16 +274,16 @@ def train_length_model(args, run, attention):
     if attention != "absolute":
         argv += ["--max_relative_position", "128", "--timing_signal", "off"]
     run.log(f"length study: training the tiny {attention} model, {epochs * steps_per_epoch} steps ...")
-    report = music.main(argv)
-    run.wrote(f"tiny {attention} model and its report", run.path(attention))
-    return report["held_out_nll_per_event"]
+    run_recipe("music", argv)
+    run.wrote(f"tiny {attention} model and its report", model_dir)
+    return json.loads((model_dir / "report.json").read_text())["held_out_nll_per_event"]
 
 
 def log_length(run, args, nll):
     """The NLL table by evaluation length; returns each model's change at 2x
     against 1x (None where a held-out chunk of 2x is missing)."""
     run.log(f"held-out NLL per event (nats) by evaluation length; training length {args.sequence_length}:")
-    factors = [f"{factor}x" for factor in music.EVALUATION_FACTORS]
+    factors = [f"{factor}x" for factor in EVALUATION_FACTORS]
     run.log(f"{'attention':18s}" + "".join(f"{factor:>10s}" for factor in factors) + f"{'2x vs 1x':>12s}")
     changes = {}
     for attention, by_factor in nll.items():
@@ -311,7 +309,7 @@ def main(argv=None):
     from keras_selfattn.data import music as music_data
 
     data_args = build_data_args(args)
-    _, held_out, _, _ = music.load_performances(data_args, run, music_data, held_out_split=args.held_out)
+    _, held_out, _, _ = load_performances(data_args, run, music_data, held_out_split=args.held_out)
     model, preset_settings = load_music_model(args.model)
     settings = decoding(args, preset_settings, music_data)
     run.log(
@@ -335,7 +333,7 @@ def main(argv=None):
 
 
 def build_data_args(args):
-    """The flags `music.load_performances` reads."""
+    """The flags `load_performances` reads."""
     return argparse.Namespace(midi_dir=args.midi_dir, data_dir=args.data_dir)
 
 

@@ -27,11 +27,6 @@ signatures.
 """
 
 import math
-import sys
-from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 import keras  # noqa: E402

@@ -10,7 +10,7 @@ note-off, 10 ms time shifts, 32 velocity bins), cached on disk.
 The run prints and writes to `--model_dir`: the held-out NLL per event at the
 training length and at 2x and 4x it (non-overlapping chunks), `continuation.mid`
 (the first `--primer_events` of a held-out performance, then
-`--generate_events` sampled events), `piano_roll.png` (primer and
+`--max_new_tokens` sampled events), `piano_roll.png` (primer and
 continuation in two colours), `attention.png` (each head's attention of the
 last generated events back over the sequence), the trained `.keras` model,
 `report.json` (with sanity numbers of the continuation: notes per second,
@@ -34,14 +34,7 @@ docs/models/maestro_small.md, gives its held-out figures:
 """
 
 import math
-import sys
 import warnings
-from collections import Counter
-from pathlib import Path
-from typing import NamedTuple
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 
@@ -50,20 +43,22 @@ warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv", cate
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from keras_selfattn.models import (  # noqa: E402
-    MaskedSparseCategoricalCrossentropy,
-    NegativeLogLikelihoodPerToken,
-    music_transformer,
-)
-from keras_selfattn.models import MusicTransformer  # noqa: E402
+from keras_selfattn.models import MusicTransformer, music_transformer  # noqa: E402
 from keras_selfattn.models.music_transformer import ATTENTIONS, MUSIC_PRESETS  # noqa: E402
+from keras_selfattn.models.segment_memory_evaluation import segment_memory_nll_per_event  # noqa: E402
 from recipes.common import plots  # noqa: E402
+from recipes.common.music_recipes import (  # noqa: E402
+    EVALUATION_FACTORS,
+    add_note_rules_flag,
+    compile_for_events,
+    load_performances,
+    note_event_ids,
+)
 
 # The trained model is <model_dir>/music.keras and is served as "music"
 # (serving/models.config).
 NAME = "music"
 ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
-EVALUATION_FACTORS = (1, 2, 4)  # held-out NLL at these multiples of the training length
 VALIDATION_CHUNKS = 16  # chunks of the monitoring performances whose loss `fit` reports each epoch
 
 
@@ -202,20 +197,9 @@ def build_parser():
         default=256,
         help="events of a held-out performance given as the primer",
     )
-    generation.add_argument(
-        "--generate_events",
-        type=harness.positive_int,
-        default=512,
-        help="events the model adds after the primer",
-    )
+    harness.add_max_new_tokens_flag(generation, default=512, help="events the model adds after the primer")
     harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=0.95)
-    generation.add_argument(
-        "--note_rules",
-        default="on",
-        choices=("on", "off"),
-        help="on: each step may release only a sounding pitch and strike only a silent one "
-        "(continue_sequence's note_event_ids); off: the model's logits as they are",
-    )
+    add_note_rules_flag(generation)
     generation.add_argument(
         "--min_note_ms", type=harness.non_negative_int, default=0,
         help="with --note_rules on: no note-off before a note has sounded this long, rounded to the "
@@ -234,55 +218,6 @@ def parse_args(argv=None):
 
 
 # ------------------------------------------------------------------- data
-
-
-class Performances(NamedTuple):
-    """Encoded event arrays by role: `held_out` is what the run reports on,
-    `monitor` what `fit` validates on (the validation split when there is one)."""
-
-    train: list
-    held_out: list
-    monitor: list
-    data_dir: Path
-
-
-def load_performances(args, run, music_data, held_out_split=None):
-    """The training, held-out and monitoring performances: `held_out_split`
-    ("test" or "validation"; by default the test split, else the validation
-    split), whole pieces never trained on."""
-    data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
-    if args.midi_dir:
-        midi_dir = Path(args.midi_dir)
-        try:
-            splits = music_data.find_midi_files(midi_dir)
-        except ValueError as error:
-            raise harness.UsageError(f"--midi_dir: {error}") from None
-    else:
-        run.log(f"embedded MAESTRO default (10 performances from the miditok 3.1.0 sdist) in {data_dir}")
-        splits = music_data.default_splits(data_dir)
-        midi_dir = splits["train"][0].parent
-    wanted = held_out_split or "test or validation"
-    held_out_split = held_out_split or ("test" if splits["test"] else "validation")
-    run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
-    if not splits["train"] or not splits[held_out_split]:
-        raise harness.UsageError(
-            f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
-            f"({wanted}) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
-        )
-    monitor_split = "validation" if splits["validation"] else held_out_split
-    encoded = {}
-    for split in dict.fromkeys(("train", held_out_split, monitor_split)):
-        run.log(f"encoding the {split} performances (cached in {data_dir / 'encoded'}) ...")
-        try:
-            performances, skipped = music_data.encode_performances(splits[split], data_dir / "encoded")
-        except ValueError as error:
-            raise harness.UsageError(f"--midi_dir: {error}") from None
-        for path, reason in skipped:
-            run.log(f"skipped {path}: {reason}")
-        encoded[split] = performances
-        events = sum(len(p) for p in performances)
-        run.log(f"{split}: {len(performances)} performances, {events:,} events, {len(skipped)} skipped")
-    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir)
 
 
 def held_out_chunks(music_data, performances, length, limit):
@@ -330,16 +265,6 @@ def compile_music_model(model, args, pad_id):
     compile_for_events(model, learning_rate(args), pad_id)
 
 
-def compile_for_events(model, learning_rate, pad_id):
-    """Adam at `learning_rate` (a float or a schedule), cross-entropy and
-    NLL per event that skip `pad_id`."""
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
-        loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
-        metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
-    )
-
-
 def learning_rate(args):
     """`--learning_rate`, or its cosine schedule over the run's steps."""
     if args.learning_rate_schedule == "constant":
@@ -364,37 +289,11 @@ def nll_per_event(model, chunks, batch_size, segment_length=None):
     by segment (`segment_length` events), each with the memory the one
     before left (Transformer-XL's evaluation)."""
     if getattr(model, "memory_length", 0):
-        return _nll_per_event_with_memory(model, chunks, batch_size, segment_length)
+        return segment_memory_nll_per_event(model, chunks, batch_size, segment_length)
     results = model.evaluate(
         chunks[:, :-1], chunks[:, 1:], batch_size=batch_size, verbose=0, return_dict=True
     )
     return float(results["nll_per_event"])
-
-
-def _nll_per_event_with_memory(model, chunks, batch_size, segment_length):
-    import tensorflow as tf
-
-    segment_nll = tf.function(
-        lambda inputs, targets, memory: _segment_nll(model, inputs, targets, memory),
-        reduce_retracing=True,
-    )
-    total, events = 0.0, 0
-    for first in range(0, len(chunks), batch_size):
-        batch = chunks[first : first + batch_size]
-        memory = model.initial_memory(len(batch))
-        for start in range(0, batch.shape[1] - 1, segment_length):
-            end = min(start + segment_length, batch.shape[1] - 1)
-            nll, memory = segment_nll(batch[:, start:end], batch[:, start + 1 : end + 1], memory)
-            total += float(nll)
-            events += batch[:, start:end].size
-    return total / events
-
-
-def _segment_nll(model, inputs, targets, memory):
-    """Summed NLL of one segment, and the memory after it."""
-    logits, memory = model.call_with_memory(inputs, memory)
-    nll = keras.ops.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-    return keras.ops.sum(keras.ops.cast(nll, "float32")), memory
 
 
 def evaluate(args, run, model, music_data, held_out):
@@ -426,22 +325,12 @@ def evaluate(args, run, model, music_data, held_out):
 # ---------------------------------------------------------- continuation
 
 
-def note_event_ids(args, music_data):
-    """The note-on and note-off ids under `--note_rules on`, else None."""
-    return music_data.event_id_ranges() if args.note_rules == "on" else None
-
-
 def note_rules(args, music_data):
     """`continue_sequence`'s (and `export_for_serving`'s) note rules keywords."""
-    return {"note_event_ids": note_event_ids(args, music_data), "min_note_steps": min_note_steps(args.min_note_ms)}
-
-
-def min_note_steps(milliseconds):
-    """`continue_sequence`'s `min_note_steps` for a minimum note length in
-    ms: the encoding's 10 ms time steps nearest it."""
-    from keras_selfattn.data import music as music_data
-
-    return round(milliseconds * music_data.STEPS_PER_SECOND / 1000)
+    return {
+        "note_event_ids": note_event_ids(args, music_data),
+        "min_note_steps": music_data.milliseconds_to_steps(args.min_note_ms),
+    }
 
 
 def continue_primer(args, run, model, music_data, held_out):
@@ -451,47 +340,15 @@ def continue_primer(args, run, model, music_data, held_out):
     source = max(held_out, key=len)
     primer = np.asarray(source[: args.primer_events], dtype="int32")[None]
     run.log(
-        f"continuing a {primer.shape[1]}-event held-out primer with {args.generate_events} "
+        f"continuing a {primer.shape[1]}-event held-out primer with {args.max_new_tokens} "
         f"events (temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p}, "
         f"note rules {args.note_rules}, minimum note {args.min_note_ms} ms) ..."
     )
     tokens = continue_sequence(
-        model, primer, args.generate_events, temperature=args.temperature,
+        model, primer, args.max_new_tokens, temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, **note_rules(args, music_data),
     )
     return primer[0], keras.ops.convert_to_numpy(tokens)[0]
-
-
-def notes_of(music_data, events):
-    """`[(start, end, pitch, velocity)]` of an event sequence, by onset."""
-    sequence = music_data.events_to_note_sequence(np.asarray(events, dtype="int32"))
-    return sorted((n.start_time, n.end_time, n.pitch, n.velocity) for n in sequence.notes)
-
-
-def events_seconds(music_data, events):
-    """Length in seconds of an event sequence: the sum of its time shifts."""
-    first, last = music_data.event_id_ranges()["time_shift"]
-    events = np.asarray(events)
-    shifts = events[(events >= first) & (events <= last)] - first + 1
-    return float(shifts.sum()) / music_data.STEPS_PER_SECOND
-
-
-def split_notes(music_data, primer, tokens):
-    """The notes of `tokens`: those begun in the primer, those begun after it.
-
-    A primer note is matched by its onset and pitch (decoding the primer
-    alone gives the same onsets; only its offsets may differ).
-    """
-    primer_onsets = Counter((round(start, 6), pitch) for start, _, pitch, _ in notes_of(music_data, primer))
-    begun_in_primer, continuation = [], []
-    for note in notes_of(music_data, tokens):
-        key = (round(note[0], 6), note[2])
-        if primer_onsets[key]:
-            primer_onsets[key] -= 1
-            begun_in_primer.append(note)
-        else:
-            continuation.append(note)
-    return begun_in_primer, continuation
 
 
 def sanity(notes, piece_seconds):
@@ -545,9 +402,9 @@ def write_continuation(args, run, model, music_data, held_out):
     midi_path = run.path("continuation.mid")
     music_data.events_to_midi(tokens, str(midi_path))
     run.wrote("continuation MIDI (primer + continuation)", midi_path)
-    primer_notes, new_notes = split_notes(music_data, primer, tokens)
-    primer_seconds = events_seconds(music_data, primer)
-    piece_seconds = events_seconds(music_data, tokens)
+    primer_notes, new_notes = music_data.split_continuation_notes(primer, tokens)
+    primer_seconds = music_data.performance_seconds(primer)
+    piece_seconds = music_data.performance_seconds(tokens)
     roll = plots.piano_roll(
         run.path("piano_roll.png"), primer_notes, new_notes, boundary_seconds=primer_seconds,
         title=f"{args.attention} Music Transformer: held-out primer (blue), continuation (orange)",
@@ -555,7 +412,7 @@ def write_continuation(args, run, model, music_data, held_out):
     run.wrote("piano roll", roll)
 
     weights = attention_weights(model, tokens)
-    queries = np.arange(len(tokens) - min(ATTENTION_QUERIES, args.generate_events), len(tokens))
+    queries = np.arange(len(tokens) - min(ATTENTION_QUERIES, args.max_new_tokens), len(tokens))
     key_labels, boundary = attention_keys(model, len(primer))
     figure = plots.attention_heads(
         run.path("attention.png"), weights[:, queries, :], queries, boundary=boundary,

@@ -15,7 +15,7 @@ the melody's events in each crop's time span, the other
 The run prints and writes to `--model_dir`: both models' held-out NLL per
 event on the same non-overlapping chunks of the held-out performances;
 `accompaniment.mid` (the first `--primer_events` of a held-out performance,
-then `--generate_events` events the conditioned model plays to that
+then `--max_new_tokens` events the conditioned model plays to that
 performance's melody), `melody.mid` (the melody), `unconditioned.mid` (the
 unconditioned model continuing the same primer), `piano_roll.png` (melody
 and accompaniment); `report.json` with the share of the melody's notes
@@ -29,12 +29,7 @@ where it stopped.
 """
 
 import math
-import sys
 import warnings
-from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 
@@ -48,8 +43,13 @@ from keras_selfattn.models import (  # noqa: E402
     MelodyConditionedMusicTransformer,
     music_transformer,
 )
-from recipes import music  # noqa: E402
 from recipes.common import plots  # noqa: E402
+from recipes.common.music_recipes import (  # noqa: E402
+    add_note_rules_flag,
+    compile_for_events,
+    load_performances,
+    note_event_ids,
+)
 
 CONDITIONED = "melody_conditioned"
 UNCONDITIONED = "unconditioned"
@@ -102,20 +102,14 @@ def build_parser():
         default=16,
         help="events of the held-out performance given as the primer",
     )
-    generation.add_argument(
-        "--generate_events",
-        type=harness.positive_int,
+    harness.add_max_new_tokens_flag(
+        generation,
         default=512,
         help="events each model adds after the primer; the melody is that of the held-out "
-        "performance's first --primer_events + --generate_events events",
+        "performance's first --primer_events + --max_new_tokens events",
     )
     harness.add_sampling_flags(parser, temperature=1.0, top_k=0, top_p=0.95)
-    generation.add_argument(
-        "--note_rules",
-        default="on",
-        choices=("on", "off"),
-        help="on: each step may release only a sounding pitch and strike only a silent one",
-    )
+    add_note_rules_flag(generation)
     return parser
 
 
@@ -194,7 +188,7 @@ def build_model(args, music_data, name):
         )
     else:
         model = music_transformer(size, preset=args.preset, note_event_ids=note_event_ids)
-    music.compile_for_events(model, args.learning_rate, music_data.PAD_ID)
+    compile_for_events(model, args.learning_rate, music_data.PAD_ID)
     return model
 
 
@@ -263,20 +257,20 @@ def accompany(args, run, models, music_data, held_out):
     index = max(range(len(held_out)), key=lambda i: len(held_out[i][0]))
     events = held_out[index][0]
     primer = np.asarray(events[: args.primer_events], "int32")[None]
-    span = min(len(events), args.primer_events + args.generate_events)
+    span = min(len(events), args.primer_events + args.max_new_tokens)
     melody = melody_row(music_data, held_out, index, 0, span, args.sequence_length)
     melody = melody[melody != 0][None]
     sampling = dict(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        note_event_ids=music_data.event_id_ranges() if args.note_rules == "on" else None,
+        note_event_ids=note_event_ids(args, music_data),
     )
     run.log(
         f"accompanying a {melody.shape[1]}-event held-out melody after a {primer.shape[1]}-event primer: "
-        f"{args.generate_events} events from each model (temperature {args.temperature}, top_p {args.top_p}) ..."
+        f"{args.max_new_tokens} events from each model (temperature {args.temperature}, top_p {args.top_p}) ..."
     )
     outputs = {
-        CONDITIONED: models[CONDITIONED][0].generate(melody, primer, args.generate_events, **sampling),
-        UNCONDITIONED: continue_sequence(models[UNCONDITIONED][0], primer, args.generate_events, **sampling),
+        CONDITIONED: models[CONDITIONED][0].generate(melody, primer, args.max_new_tokens, **sampling),
+        UNCONDITIONED: continue_sequence(models[UNCONDITIONED][0], primer, args.max_new_tokens, **sampling),
     }
     outputs = {name: keras.ops.convert_to_numpy(tokens)[0] for name, tokens in outputs.items()}
     for label, name, tokens in (
@@ -292,7 +286,7 @@ def accompany(args, run, models, music_data, held_out):
         for pitch, start, end in music_data.melody.performance_notes(melody[0])
     ]
     roll = plots.piano_roll(
-        run.path("piano_roll.png"), melody_notes, music.notes_of(music_data, outputs[CONDITIONED]),
+        run.path("piano_roll.png"), melody_notes, music_data.decoded_notes(outputs[CONDITIONED]),
         boundary_seconds=primer_steps / steps_per_second, labels=("melody", "accompaniment"),
         title="melody-conditioned Music Transformer: a held-out melody (blue), its accompaniment (orange)",
     )
@@ -317,7 +311,7 @@ def main(argv=None, callbacks=()):
     run = harness.start(args, recipe="music_accompaniment")
     from keras_selfattn.data import music as music_data
 
-    performances = music.load_performances(args, run, music_data)
+    performances = load_performances(args, run, music_data)
     train_pieces = with_melodies(run, music_data, performances.train)
     held_out = with_melodies(run, music_data, performances.held_out)
     models = train(args, run, music_data, train_pieces, callbacks)
@@ -334,7 +328,7 @@ def main(argv=None, callbacks=()):
             "held_out_nll_per_event": evaluate(args, run, models, music_data, held_out),
             "accompaniment": accompany(args, run, models, music_data, held_out),
         }
-        run.export(models[CONDITIONED][0], SERVING_NAME, note_event_ids=music.note_event_ids(args, music_data))
+        run.export(models[CONDITIONED][0], SERVING_NAME, note_event_ids=note_event_ids(args, music_data))
         settings = {"name": CONDITIONED, "preset": args.preset, "note_state": args.note_state}
         report = run.write_report(report, model=models[CONDITIONED][0], model_settings=settings)
     run.finish()

@@ -3,9 +3,9 @@ under several decoding settings and tables each one's note statistics beside
 the held-out performances'.
 
 The primers are the first `--primer_events` events of `--primers` windows of
-`--primer_events + --generate_events` events spread evenly over the held-out
+`--primer_events + --max_new_tokens` events spread evenly over the held-out
 performances (the music recipe's data flags pick them), continued by
-`--generate_events` events at `--temperature`, the same seed for every
+`--max_new_tokens` events at `--temperature`, the same seed for every
 setting. The settings (at `--temperature` unless named):
 
 - `top_p 0.95`: the music recipe's sampling, the model's logits as they are;
@@ -47,19 +47,14 @@ and one MIDI file per setting (the first primer's continuation) to
         --held_out validation --temperatures 0.9 1.0 --top_ps 0.95 1.0 --seeds 0 1
 """
 
-import sys
-from pathlib import Path
 from typing import NamedTuple
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from recipes import music  # noqa: E402
+from recipes.common.music_recipes import load_performances  # noqa: E402
 
 NAME = "music_decoding"
 DEFAULT_PRIMER_EVENTS, DEFAULT_GENERATE_EVENTS = 256, 1024
@@ -112,8 +107,8 @@ def build_parser():
         help=f"events of each primer (default: {DEFAULT_PRIMER_EVENTS}, fewer when no held-out performance "
         "holds a primer and its continuation)",
     )
-    study.add_argument(
-        "--generate_events", type=harness.positive_int, default=None,
+    harness.add_max_new_tokens_flag(
+        study, default=None,
         help=f"events added to each primer (default: {DEFAULT_GENERATE_EVENTS}, fewer when no held-out "
         "performance holds a primer and its continuation)",
     )
@@ -144,18 +139,19 @@ def build_parser():
 def study_settings(args):
     """SETTINGS, or the note-rules grid of `--temperatures` x `--top_ps` x
     `--min_note_ms`."""
+    from keras_selfattn.data.music import milliseconds_to_steps
+
     if args.temperatures is None and args.top_ps is None and args.min_note_ms is None:
         return SETTINGS
     return [
         Setting(
             f"note rules, temp. {temperature:g}, top_p {top_p:g}" + (f", min. note {ms} ms" if ms else ""),
-            top_p, False, True, temperature, music.min_note_steps(ms),
+            top_p, False, True, temperature, milliseconds_to_steps(ms),
         )
         for temperature in args.temperatures or [args.temperature]
         for top_p in args.top_ps or [0.95]
         for ms in args.min_note_ms or [0]
     ]
-
 
 
 def worst_ratio(statistics, held_out):
@@ -197,12 +193,12 @@ def released(music_data, primer):
 
 
 def fit_window_defaults(args, run, held_out):
-    """Sets `--primer_events` and `--generate_events` left to their defaults:
+    """Sets `--primer_events` and `--max_new_tokens` left to their defaults:
     `DEFAULT_PRIMER_EVENTS` and `DEFAULT_GENERATE_EVENTS`, shrunk (both in
     proportion, or the one not given to what the other leaves) when the
     longest held-out performance is shorter than the two together."""
     longest = max(len(performance) for performance in held_out)
-    primer, generate = args.primer_events, args.generate_events
+    primer, generate = args.primer_events, args.max_new_tokens
     if primer is None and generate is None:
         share = min(1.0, longest / (DEFAULT_PRIMER_EVENTS + DEFAULT_GENERATE_EVENTS))
         primer = max(1, int(DEFAULT_PRIMER_EVENTS * share))
@@ -211,19 +207,19 @@ def fit_window_defaults(args, run, held_out):
         primer = min(DEFAULT_PRIMER_EVENTS, max(1, longest - generate))
     elif generate is None:
         generate = min(DEFAULT_GENERATE_EVENTS, max(1, longest - primer))
-    if (primer, generate) != (args.primer_events, args.generate_events):
+    if (primer, generate) != (args.primer_events, args.max_new_tokens):
         run.log(
             f"primers of {primer} events continued by {generate} (the longest held-out performance has "
             f"{longest} events; defaults {DEFAULT_PRIMER_EVENTS} and {DEFAULT_GENERATE_EVENTS})"
         )
-    args.primer_events, args.generate_events = primer, generate
+    args.primer_events, args.max_new_tokens = primer, generate
 
 
 def held_out_windows(args, held_out):
-    """`--primers` held-out windows of `--primer_events + --generate_events`
+    """`--primers` held-out windows of `--primer_events + --max_new_tokens`
     events (a primer and what the performance played next), starting every
     `--primer_events` events of every held-out performance, evenly spread."""
-    length = args.primer_events + args.generate_events
+    length = args.primer_events + args.max_new_tokens
     windows = [
         performance[start : start + length]
         for performance in held_out
@@ -231,7 +227,7 @@ def held_out_windows(args, held_out):
     ]
     if not windows:
         raise harness.UsageError(
-            f"--primer_events + --generate_events ({length}): no held-out performance is that long"
+            f"--primer_events + --max_new_tokens ({length}): no held-out performance is that long"
         )
     chosen = np.unique(np.linspace(0, len(windows) - 1, args.primers).round().astype(int))
     return [np.asarray(windows[i], "int32") for i in chosen]
@@ -257,14 +253,14 @@ def continue_all(args, model, music_data, primers, setting, seed):
     width = int(lengths.max())
     padded = np.stack([np.pad(p, (0, width - len(p))) for p in primers])
     tokens = continue_sequence(
-        model, padded, args.generate_events, primer_length=lengths,
+        model, padded, args.max_new_tokens, primer_length=lengths,
         temperature=args.temperature if setting.temperature is None else setting.temperature,
         top_p=setting.top_p, seed=seed,
         note_event_ids=music_data.event_id_ranges() if setting.note_rules else None,
         min_note_steps=setting.min_note_steps,
     )
     tokens = keras.ops.convert_to_numpy(tokens)
-    return [(primer, row[: len(primer) + args.generate_events]) for primer, row in zip(primers, tokens)]
+    return [(primer, row[: len(primer) + args.max_new_tokens]) for primer, row in zip(primers, tokens)]
 
 
 def note_off_nll_by_age(music_data, windows, log_probs):
@@ -339,7 +335,7 @@ def main(argv=None):
         model = keras.models.load_model(args.model)
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
-    train, held_out, _, _ = music.load_performances(args, run, music_data, held_out_split=args.held_out)
+    train, held_out, _, _ = load_performances(args, run, music_data, held_out_split=args.held_out)
     fit_window_defaults(args, run, held_out)
     windows = held_out_windows(args, held_out)
     primers = [window[: args.primer_events] for window in windows]
@@ -348,7 +344,7 @@ def main(argv=None):
     rows = []
     for setting in study_settings(args):
         name = setting.name
-        run.log(f"{name}: continuing {len(primers)} primers by {args.generate_events} events, seeds {seeds} ...")
+        run.log(f"{name}: continuing {len(primers)} primers by {args.max_new_tokens} events, seeds {seeds} ...")
         own_primers = [released(music_data, p) for p in primers] if setting.release_primer else primers
         pieces = [
             piece for seed in seeds for piece in continue_all(args, model, music_data, own_primers, setting, seed)
@@ -372,7 +368,7 @@ def main(argv=None):
         "model_config": model_config(model),
         "primers": len(primers),
         "primer_events": args.primer_events,
-        "generate_events": args.generate_events,
+        "generate_events": args.max_new_tokens,
         "temperature": args.temperature,
         "seeds": seeds,
         "settings": {name: statistics for name, statistics in rows},

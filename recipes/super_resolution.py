@@ -37,12 +37,6 @@ SavedModel for TF Serving with the `super_resolve` signature.
         --tfds_dir ~/tensorflow_datasets --preset celeba_paper --mixed_precision
 """
 
-import sys
-from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from recipes.common import harness  # sets up the environment before Keras is imported
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

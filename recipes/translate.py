@@ -44,12 +44,7 @@ takes and returns strings.
         --mixed_precision --strategy mirrored --export_dir runs/serving
 """
 
-import re
-import sys
 from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 import keras  # noqa: E402
@@ -427,30 +422,24 @@ def direction_token_ids(processor):
     return {direction: processor.piece_to_id(direction_piece(direction)) for direction in DIRECTIONS}
 
 
-# SentencePiece's limit in `train_sentencepiece`'s error for a vocabulary
-# larger than the text supports.
-_SUPPORTED_PIECES = re.compile(r"at most (\d+) pieces")
-
-
 def train_vocabulary(args, run, text, train, path):
     """Trains the vocabulary of `--vocabulary_size` pieces, or by default of
     `DEFAULT_VOCAB_SIZE` or as many as the training text supports."""
+    import sentencepiece
+
     sides = [side for pair in train for side in pair]
     size = args.vocabulary_size or DEFAULT_VOCAB_SIZE
     run.log(f"training a joint SentencePiece vocabulary of {size} pieces on {len(train):,} pairs ...")
     try:
-        text.train_sentencepiece(sides, path, size, seed=args.seed, user_defined_symbols=vocabulary_symbols(args))
-        return
-    except ValueError as error:
-        supported = _SUPPORTED_PIECES.search(str(error))
-        if args.vocabulary_size is not None or supported is None:
-            raise harness.UsageError(str(error)) from None
-    size = int(supported.group(1))
-    run.log(f"the training text supports at most {size} pieces: --vocabulary_size default {size}")
-    try:
-        text.train_sentencepiece(sides, path, size, seed=args.seed, user_defined_symbols=vocabulary_symbols(args))
+        text.train_sentencepiece(
+            sides, path, size, seed=args.seed, user_defined_symbols=vocabulary_symbols(args),
+            exact_size=args.vocabulary_size is not None,
+        )
     except ValueError as error:
         raise harness.UsageError(str(error)) from None
+    trained = sentencepiece.SentencePieceProcessor(model_file=str(path)).get_piece_size()
+    if trained < size:
+        run.log(f"the training text supports at most {trained} pieces: --vocabulary_size default {trained}")
 
 
 def counted(dataset):
@@ -474,7 +463,8 @@ def spread(items, limit):
 
 def build_model(args, vocabulary_size):
     """The compiled model: one matrix for both embeddings and the logits,
-    Adam on the rsqrt warmup schedule, label-smoothed cross-entropy."""
+    Adam on the rsqrt warmup schedule, label-smoothed cross-entropy (`run.fit`
+    builds the optimizer, `build_optimizer`)."""
     overrides = {"share_embeddings": True, "tie_output_projection": True}
     if args.dropout is not None:
         overrides["dropout"] = args.dropout
@@ -490,8 +480,6 @@ def build_model(args, vocabulary_size):
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=args.label_smoothing, pad_id=0),
         metrics=[NegativeLogLikelihoodPerToken(pad_id=0, name="nll_per_token")],
     )
-    # Built here rather than in the first step of `fit`: one trace fewer.
-    model.optimizer.build(model.trainable_variables)
     return model
 
 

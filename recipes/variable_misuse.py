@@ -51,11 +51,6 @@ and each row's `status` string `[B]` (empty when the row was answered).
 """
 
 import dataclasses
-import sys
-from pathlib import Path
-
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipes.common import harness  # sets up the environment before Keras is imported
 

@@ -1,7 +1,7 @@
 """Client for keras_selfattn models served by TensorFlow Serving (REST and gRPC).
 
 The command line of `serving/`; its helpers live in sibling modules of the
-`serving` package (`from serving import client` from the repository root) and are
+`serving` package (`from serving import client`, the project installed) and are
 importable from here too:
 
 - `predict_requests`: `predict_request(model_name, signature_name, inputs)` (a gRPC
@@ -33,24 +33,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from serving.client_errors import ClientError, RowError, ServerError, ServerUnreachable  # noqa: E402
-from serving.image_files import image_grid, read_image, write_image  # noqa: E402
-from serving.model_signatures import MODEL_NAMES, MODEL_SIGNATURES, OPTIONAL_INPUTS, SIGNATURES  # noqa: E402
-from serving.predict_requests import (  # noqa: E402
+from serving.client_errors import ClientError, RowError, ServerError, ServerUnreachable
+from serving.image_files import image_grid, read_image, write_image
+from serving.model_signatures import MODEL_NAMES, MODEL_SIGNATURES, OPTIONAL_INPUTS, SIGNATURES
+from serving.predict_requests import (
     parse_predict_response,
     parse_rest_response,
     predict_request,
     read_json,
     rest_body,
 )
-from serving.server_calls import (  # noqa: E402
+from serving.server_calls import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
     DEFAULT_REST_PORT,

@@ -18,14 +18,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-if not __package__:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from serving import client  # noqa: E402
+from serving import client
 
 _NUMPY_DTYPES = {
     "DT_INT32": np.int32,

@@ -14,7 +14,7 @@ from keras import ops
 
 from keras_selfattn.layers import LocalAttention2D
 from keras_selfattn.models.image_common import position_grid
-from keras_selfattn.models.image_models import ImageTransformer
+from keras_selfattn.models import ImageTransformer
 
 
 def decoder_inputs(model, image, class_label=None, block_index=-1):

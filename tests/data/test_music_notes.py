@@ -3,7 +3,15 @@
 import numpy as np
 import pytest
 
-from keras_selfattn.data.music import event_id_ranges, events_to_note_sequence, pair_notes
+from keras_selfattn.data.music import (
+    decoded_notes,
+    event_id_ranges,
+    events_to_note_sequence,
+    milliseconds_to_steps,
+    pair_notes,
+    performance_seconds,
+    split_continuation_notes,
+)
 from tests.data.test_music_statistics import _note_seq_steps, _random_performance
 
 RANGES = event_id_ranges()
@@ -62,3 +70,19 @@ def test_other_pitch_ranges_pair_their_own_ids():
     assert pairing.notes == [(0, 2), (1, 3)]
     with pytest.raises(ValueError, match="min_pitch"):
         pair_notes([on], min_pitch=70, max_pitch=61)
+
+
+def test_a_continuations_notes_are_split_from_those_begun_in_its_primer():
+    # pitch 21 struck in the primer and released after it; pitch 22 struck after it
+    primer = [ON, SHIFT + 9]
+    events = primer + [SHIFT + 9, OFF, ON + 1, SHIFT + 19, OFF + 1]
+    begun_in_primer, continuation = split_continuation_notes(primer, events)
+    assert [note[:3] for note in begun_in_primer] == [(0.0, 0.2, 21)]
+    assert [note[:3] for note in continuation] == [(0.2, 0.4, 22)]
+    assert decoded_notes(events) == sorted(begun_in_primer + continuation)
+
+
+def test_seconds_and_steps_of_the_10_ms_grid():
+    assert performance_seconds([ON, SHIFT + 9, OFF, SHIFT + 99]) == pytest.approx(1.1)
+    assert performance_seconds([]) == 0.0
+    assert milliseconds_to_steps(54) == 5 and milliseconds_to_steps(0) == 0

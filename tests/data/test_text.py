@@ -260,6 +260,18 @@ def test_vocabulary_larger_than_the_text_names_vocab_size(pairs_file, tmp_path):
         text.train_sentencepiece([side for pair in pairs for side in pair], tmp_path / "spm", 5000)
 
 
+def test_a_vocabulary_size_that_is_not_exact_gives_as_many_pieces_as_the_text_supports(pairs_file, tmp_path):
+    pairs, _ = text.read_pairs_tsv(pairs_file)
+    sides = [side for pair in pairs for side in pair]
+    path = text.train_sentencepiece(sides, tmp_path / "soft", 5000, exact_size=False)
+    supported = sentencepiece.SentencePieceProcessor(model_file=str(path)).get_piece_size()
+    assert 4 < supported < 5000
+    exact_path = text.train_sentencepiece(sides, tmp_path / "exact", supported)
+    soft, exact = (sentencepiece.SentencePieceProcessor(model_file=str(file)) for file in (path, exact_path))
+    assert exact.get_piece_size() == supported
+    assert [soft.id_to_piece(i) for i in range(supported)] == [exact.id_to_piece(i) for i in range(supported)]
+
+
 def test_tokenizer_rejects_other_special_ids(pairs_file, tmp_path):
     sentencepiece.SentencePieceTrainer.train(  # SentencePiece's defaults: unk 0, bos 1, eos 2, no pad
         input=str(pairs_file), model_prefix=str(tmp_path / "default"), vocab_size=VOCAB_SIZE, minloglevel=2

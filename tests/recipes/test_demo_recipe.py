@@ -39,7 +39,7 @@ def inputs(tmp_path_factory):
     model.save(root / "music.keras")
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(root / "data"), "--primers_per_performance", "2",
-        "--primer_events", str(PRIMER), "--generate_events", str(NEW), "--verbose", "0",
+        "--primer_events", str(PRIMER), "--max_new_tokens", str(NEW), "--verbose", "0",
     ]
     return root, argv
 

@@ -69,6 +69,34 @@ def test_a_renamed_flag_keeps_its_old_spelling_out_of_help(capsys):
     assert "--eval_chunks: expected an integer >= 0, got '-1'" in capsys.readouterr().err
 
 
+def test_the_old_spelling_of_max_new_tokens_warns_that_it_is_deprecated():
+    parser = _parser()
+    harness.add_max_new_tokens_flag(parser, default=16, help="tokens to generate")
+    assert parser.parse_args(["--model_dir", "m"]).max_new_tokens == 16
+    assert parser.parse_args(["--model_dir", "m", "--max_new_tokens", "3"]).max_new_tokens == 3
+    with pytest.warns(DeprecationWarning, match="--generate_events is deprecated .*use --max_new_tokens"):
+        assert parser.parse_args(["--model_dir", "m", "--generate_events", "5"]).max_new_tokens == 5
+    text = parser.format_help()
+    assert "--max_new_tokens" in text and "--generate_events" not in text
+
+
+def test_a_deprecated_flag_is_shown_by_default_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "from recipes.common import flags\n"
+        "parser = flags.recipe_parser('A recipe.\\n\\nWhat it does.')\n"
+        "flags.add_max_new_tokens_flag(parser, default=1, help='tokens')\n"
+        "print(parser.parse_args(['--model_dir', 'm', '--generate_events', '7']).max_new_tokens)\n"
+    )
+    script = tmp_path / "program.py"
+    script.write_text(code)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "7"
+    assert "DeprecationWarning: --generate_events is deprecated" in result.stderr
+
+
 @pytest.mark.parametrize(
     "argv, expected",
     [

@@ -37,7 +37,7 @@ def run(tmp_path_factory):
     argv = [
         "--midi_dir", str(folder), "--data_dir", str(tmp_path_factory.mktemp("data")),
         "--sequence_length", str(SEQUENCE_LENGTH), "--batch_size", "4", "--epochs", "2",
-        "--steps_per_epoch", "3", "--primer_events", "8", "--generate_events", "40", "--verbose", "0",
+        "--steps_per_epoch", "3", "--primer_events", "8", "--max_new_tokens", "40", "--verbose", "0",
         "--seed", "3",
     ]
     report, printed = recipe_checks.run_recipe(
@@ -52,7 +52,7 @@ def test_help_explains_every_flag():
         assert action.help, f"{action.option_strings} has no help text"
     text = parser.format_help()
     assert text.startswith("usage:") and "Melody-conditioned Music Transformer against" in text
-    for flag in ("--midi_dir", "--preset", "--sequence_length", "--eval_chunks", "--note_state", "--generate_events"):
+    for flag in ("--midi_dir", "--preset", "--sequence_length", "--eval_chunks", "--note_state", "--max_new_tokens"):
         assert flag in text
 
 

@@ -33,7 +33,7 @@ def inputs(tmp_path_factory):
     model.save(root / "music.keras")
     argv = [
         "--model", str(root / "music.keras"), "--midi_dir", str(midi_dir), "--data_dir", str(root / "data"),
-        "--primers", "3", "--primer_events", "24", "--generate_events", "64", "--verbose", "0",
+        "--primers", "3", "--primer_events", "24", "--max_new_tokens", "64", "--verbose", "0",
     ]
     return root, argv
 
@@ -194,9 +194,9 @@ def test_default_windows_shrink_to_the_longest_held_out_performance():
     from types import SimpleNamespace
 
     def windows(primer, generate, longest):
-        args = SimpleNamespace(primer_events=primer, generate_events=generate)
+        args = SimpleNamespace(primer_events=primer, max_new_tokens=generate)
         music_decoding.fit_window_defaults(args, SimpleNamespace(log=print), [np.zeros(longest)])
-        return args.primer_events, args.generate_events
+        return args.primer_events, args.max_new_tokens
 
     assert windows(None, None, 5000) == (256, 1024)
     assert windows(None, None, 640) == (128, 512)  # half of each

@@ -94,7 +94,7 @@ def short_run(midi_dir, data_dir, tmp_path_factory):
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(model_dir),
         "--export_dir", str(model_dir / "export"), "--primer_events", "40",
-        "--generate_events", "48", *TINY, "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
+        "--max_new_tokens", "48", *TINY, "--learning_rate_schedule", "cosine", "--warmup_steps", "2",
         "--min_note_ms", "30",
     ]
     interrupt = _Interrupt()
@@ -117,11 +117,17 @@ def test_help_explains_every_flag():
     text = parser.format_help()
     for flag in (
         "--midi_dir", "--attention", "--preset", "--sequence_length", "--epochs", "--steps_per_epoch",
-        "--batch_size", "--learning_rate", "--seed", "--generate_events", "--primer_events",
+        "--batch_size", "--learning_rate", "--seed", "--max_new_tokens", "--primer_events",
         "--temperature", "--top_k", "--top_p", "--strategy", "--mixed_precision", "--model_dir",
         "--export_dir", "--compression_factor",
     ):
         assert flag in text
+
+
+def test_generate_events_still_sets_max_new_tokens_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="use --max_new_tokens"):
+        args = music.parse_args(["--model_dir", "out", "--generate_events", "40"])
+    assert args.max_new_tokens == 40
 
 
 def test_min_note_ms_is_a_note_rule(capsys):
@@ -288,7 +294,7 @@ def test_cosine_schedule_warms_up_then_falls_to_zero_at_the_last_step():
 def test_mixed_precision_run_trains_saves_and_continues(midi_dir, data_dir, tmp_path, policy):
     argv = [
         "--midi_dir", str(midi_dir), "--data_dir", str(data_dir), "--model_dir", str(tmp_path),
-        "--mixed_precision", policy, "--primer_events", "16", "--generate_events", "8",
+        "--mixed_precision", policy, "--primer_events", "16", "--max_new_tokens", "8",
         "--eval_examples", "2", *TINY,
     ]
     report, _ = _main(argv)
@@ -407,7 +413,7 @@ def three_file_run(tmp_path_factory):
         performance.write(str(folder / name))
     model_dir = tmp_path_factory.mktemp("three_file_run")
     argv = ["--midi_dir", str(folder), "--data_dir", str(tmp_path_factory.mktemp("data")), "--epochs", "1",
-            "--steps_per_epoch", "1", "--batch_size", "2", "--generate_events", "16", "--verbose", "0"]
+            "--steps_per_epoch", "1", "--batch_size", "2", "--max_new_tokens", "16", "--verbose", "0"]
     report, printed = _main([*argv, "--model_dir", str(model_dir)])
     return argv, model_dir, report, printed
 

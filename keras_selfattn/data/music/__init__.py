@@ -30,8 +30,11 @@ performances); `find_midi_files` splits a folder (MAESTRO csv honoured);
 `training_dataset` / `evaluation_dataset` / `evaluation_chunks` feed a model;
 `segment_dataset` cuts whole performances into consecutive segments for
 training with segment memory; `pair_notes` pairs note-offs with the
-note-ons they close, and
-`performance_statistics` measures performances by those notes;
+note-ons they close, `decoded_notes` and `split_continuation_notes` list
+the notes note-seq decodes (a continuation's apart from its primer's),
+`performance_statistics` measures performances by those notes and
+`performance_seconds` their length; `milliseconds_to_steps` converts a
+duration to the 10 ms time steps;
 `melody_events` infers a performance's melody, as events on its time grid.
 
 Example:
@@ -61,6 +64,7 @@ from keras_selfattn.data.music.events import (
     events_to_note_sequence,
     load_note_sequence,
     midi_to_events,
+    milliseconds_to_steps,
     note_sequence_to_events,
     performance_encoding,
     vocabulary_size,
@@ -76,9 +80,9 @@ from keras_selfattn.data.music.files import (
     load_performances,
 )
 from keras_selfattn.data.music.melody import melody_events
-from keras_selfattn.data.music.notes import NotePairing, pair_notes
+from keras_selfattn.data.music.notes import NotePairing, decoded_notes, pair_notes, split_continuation_notes
 from keras_selfattn.data.music.segments import segment_dataset, segment_layout
-from keras_selfattn.data.music.statistics import performance_statistics
+from keras_selfattn.data.music.statistics import performance_seconds, performance_statistics
 from keras_selfattn.data.music.pipeline import (
     DEFAULT_AUGMENTATIONS,
     augmented_performances,
@@ -109,6 +113,7 @@ __all__ = [
     "augmented_performances",
     "default_data_dir",
     "default_midi_dir",
+    "decoded_notes",
     "default_splits",
     "encode_performances",
     "evaluation_chunks",
@@ -121,12 +126,15 @@ __all__ = [
     "load_performances",
     "melody_events",
     "midi_to_events",
+    "milliseconds_to_steps",
     "note_sequence_to_events",
     "pair_notes",
     "performance_encoding",
+    "performance_seconds",
     "performance_statistics",
     "segment_dataset",
     "segment_layout",
+    "split_continuation_notes",
     "steps_per_epoch",
     "training_dataset",
     "vocabulary_size",

@@ -73,6 +73,18 @@ def event_id_ranges(min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
 MUSIC_VOCABULARY_SIZE = vocabulary_size()
 
 
+def milliseconds_to_steps(milliseconds):
+    """The number of 10 ms time steps nearest `milliseconds` (e.g. a minimum
+    note length for `continue_sequence`'s `min_note_steps`).
+
+    Example:
+
+    >>> milliseconds_to_steps(34)
+    3
+    """
+    return round(milliseconds * STEPS_PER_SECOND / 1000)
+
+
 def _describe(midi):
     if isinstance(midi, (bytes, bytearray)):
         return f"MIDI data ({len(midi)} bytes)"

@@ -3,11 +3,12 @@
 its pitch, a note-off with no sounding note of its pitch is ignored, and
 notes still sounding at the end close there."""
 
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
 
-from keras_selfattn.data.music.events import MAX_PITCH, MIN_PITCH, event_id_ranges
+from keras_selfattn.data.music.events import MAX_PITCH, MIN_PITCH, event_id_ranges, events_to_note_sequence
 
 
 class NotePairing(NamedTuple):
@@ -69,3 +70,46 @@ def pair_notes(events, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
                 notes.append((onsets.pop(0), index))
     notes += [(onset, len(events)) for onsets in sounding.values() for onset in onsets]
     return NotePairing(notes, closing_offs, repeated_ons)
+
+
+def decoded_notes(events, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """The notes note-seq decodes from `events` (`events_to_note_sequence`).
+
+    Args:
+        events: a 1D sequence of event ids.
+        min_pitch, max_pitch: the encoding's pitch range.
+
+    Returns:
+        `[(start seconds, end seconds, pitch, velocity)]`, by onset.
+    """
+    sequence = events_to_note_sequence(np.asarray(events, dtype="int32"), min_pitch=min_pitch, max_pitch=max_pitch)
+    return sorted((note.start_time, note.end_time, note.pitch, note.velocity) for note in sequence.notes)
+
+
+def split_continuation_notes(primer, events, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """The decoded notes of `events`, a primer and its continuation: those
+    begun in the primer and those begun after it.
+
+    A primer note is matched by its onset and pitch (decoding the primer
+    alone gives the same onsets; only its offsets may differ).
+
+    Args:
+        primer: the 1D event ids `events` starts with.
+        events: the 1D event ids of the primer and its continuation.
+        min_pitch, max_pitch: the encoding's pitch range.
+
+    Returns:
+        `(begun_in_primer, continuation)`, each a `decoded_notes` list.
+    """
+    primer_onsets = Counter(
+        (round(start, 6), pitch) for start, _, pitch, _ in decoded_notes(primer, min_pitch, max_pitch)
+    )
+    begun_in_primer, continuation = [], []
+    for note in decoded_notes(events, min_pitch, max_pitch):
+        key = (round(note[0], 6), note[2])
+        if primer_onsets[key]:
+            primer_onsets[key] -= 1
+            begun_in_primer.append(note)
+        else:
+            continuation.append(note)
+    return begun_in_primer, continuation

@@ -77,6 +77,20 @@ def performance_statistics(performances, *, starts=None, min_pitch=MIN_PITCH, ma
     }
 
 
+def performance_seconds(events, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """The length in seconds of an event sequence: the sum of its time shifts.
+
+    Example:
+
+    >>> from keras_selfattn.data.music import event_id_ranges
+    >>> shift = event_id_ranges()["time_shift"][0]
+    >>> performance_seconds([shift + 49, shift + 99])
+    1.5
+    """
+    steps = _steps_before(np.asarray(events), event_id_ranges(min_pitch, max_pitch))
+    return steps[-1] / STEPS_PER_SECOND
+
+
 def _share(count, total):
     return count / total if total else 0.0
 

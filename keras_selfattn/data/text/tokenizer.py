@@ -39,7 +39,7 @@ def _vocabulary_size_error(vocabulary_size, error):
 
 
 def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="unigram",
-                        max_sentences=MAX_TRAINING_SENTENCES, seed=0, user_defined_symbols=()):
+                        max_sentences=MAX_TRAINING_SENTENCES, seed=0, user_defined_symbols=(), exact_size=True):
     """Trains one joint SentencePiece vocabulary on `texts` and saves it.
 
     Ids: `PAD_ID = 0` (`<pad>`), `EOS_ID = 1` (`</s>`), `UNK_ID = 2`
@@ -53,7 +53,8 @@ def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="uni
             skipped.
         model_prefix: where to save: `"dir/spm"` writes `dir/spm.model` and
             `dir/spm.vocab` (a `".model"` path is taken as its prefix).
-        vocabulary_size: the number of pieces, the ids `0 .. vocabulary_size - 1`.
+        vocabulary_size: the number of pieces, the ids `0 .. vocabulary_size - 1`
+            (with `exact_size=False`, the most pieces).
         model_type: `"unigram"` (SentencePiece's default) or `"bpe"`.
         max_sentences: at most this many sentences, sampled, train the
             model (`input_sentence_size`), so WMT-sized text fits in memory.
@@ -62,13 +63,18 @@ def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="uni
             `UNK_ID` in this order (e.g. task tokens; a piece `"\u2581<2en>"`
             is what the text `"<2en> "` at a sentence's start encodes to, so
             that `"<2en> " + text` encodes as that id followed by `text`'s).
+        exact_size: `True`: exactly `vocabulary_size` pieces, an error when
+            the text supports fewer; `False`: as many pieces as the text
+            supports, at most `vocabulary_size` (SentencePiece's
+            `hard_vocab_limit=false`: the same model as asking for that
+            number exactly).
 
     Returns:
         The `Path` of the `.model` file.
 
     Raises:
-        ValueError: `vocabulary_size` is more than the text supports or fewer
-            than its characters (the message names `--vocabulary_size`), or
+        ValueError: `vocabulary_size` is more than the text supports (with
+            `exact_size=True`) or fewer than its characters (the message names `--vocabulary_size`), or
             `texts` holds no text.
     """
     import sentencepiece
@@ -89,7 +95,8 @@ def train_sentencepiece(texts, model_prefix, vocabulary_size, *, model_type="uni
             sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocabulary_size,
             model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
             input_sentence_size=max_sentences, shuffle_input_sentence=True,
-            num_threads=max(1, min(16, os.cpu_count() or 1)), minloglevel=2, **symbols,
+            num_threads=max(1, min(16, os.cpu_count() or 1)), minloglevel=2, hard_vocab_limit=exact_size,
+            **symbols,
         )
     except RuntimeError as error:
         clear = _vocabulary_size_error(vocabulary_size, error)

@@ -1,0 +1,99 @@
+"""What the music recipes share: the performances they read (the training,
+held-out and monitoring ones, as `recipes/music.py` splits them), the
+compiled loss and metric of a model over performance events, the note rules
+of `--note_rules` and the lengths the held-out NLL is measured at."""
+
+from pathlib import Path
+from typing import NamedTuple
+
+import keras
+
+from keras_selfattn.models import MaskedSparseCategoricalCrossentropy, NegativeLogLikelihoodPerToken
+from recipes.common.cli import UsageError
+
+EVALUATION_FACTORS = (1, 2, 4)  # held-out NLL at these multiples of the training length
+
+
+class Performances(NamedTuple):
+    """Encoded event arrays by role: `held_out` is what the run reports on,
+    `monitor` what `fit` validates on (the validation split when there is one)."""
+
+    train: list
+    held_out: list
+    monitor: list
+    data_dir: Path
+
+
+def load_performances(args, run, music_data, held_out_split=None):
+    """The training, held-out and monitoring performances of `--midi_dir`
+    (else the embedded MAESTRO sample) cached under `--data_dir`:
+    `held_out_split` ("test" or "validation"; by default the test split,
+    else the validation split), whole pieces never trained on."""
+    data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
+    splits, midi_dir = _midi_splits(args, run, music_data, data_dir)
+    wanted = held_out_split or "test or validation"
+    held_out_split = held_out_split or ("test" if splits["test"] else "validation")
+    run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
+    if not splits["train"] or not splits[held_out_split]:
+        raise UsageError(
+            f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
+            f"({wanted}) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
+        )
+    monitor_split = "validation" if splits["validation"] else held_out_split
+    encoded = {
+        split: _encoded(run, music_data, split, splits[split], data_dir / "encoded")
+        for split in dict.fromkeys(("train", held_out_split, monitor_split))
+    }
+    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir)
+
+
+def _midi_splits(args, run, music_data, data_dir):
+    """`({split: MIDI files}, folder)` of `--midi_dir`, else of the embedded data."""
+    if not args.midi_dir:
+        run.log(f"embedded MAESTRO default (10 performances from the miditok 3.1.0 sdist) in {data_dir}")
+        splits = music_data.default_splits(data_dir)
+        return splits, splits["train"][0].parent
+    try:
+        return music_data.find_midi_files(Path(args.midi_dir)), Path(args.midi_dir)
+    except ValueError as error:
+        raise UsageError(f"--midi_dir: {error}") from None
+
+
+def _encoded(run, music_data, split, files, cache_dir):
+    """The event arrays of one split's MIDI files, encoded once into `cache_dir`."""
+    run.log(f"encoding the {split} performances (cached in {cache_dir}) ...")
+    try:
+        performances, skipped = music_data.encode_performances(files, cache_dir)
+    except ValueError as error:
+        raise UsageError(f"--midi_dir: {error}") from None
+    for path, reason in skipped:
+        run.log(f"skipped {path}: {reason}")
+    events = sum(len(p) for p in performances)
+    run.log(f"{split}: {len(performances)} performances, {events:,} events, {len(skipped)} skipped")
+    return performances
+
+
+def compile_for_events(model, learning_rate, pad_id):
+    """Compiles `model` with Adam at `learning_rate` (a float or a schedule),
+    cross-entropy and NLL per event that skip `pad_id`."""
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
+        loss=MaskedSparseCategoricalCrossentropy(pad_id=pad_id),
+        metrics=[NegativeLogLikelihoodPerToken(pad_id=pad_id, name="nll_per_event")],
+    )
+
+
+def add_note_rules_flag(group):
+    """Adds `--note_rules` (on or off), which `note_event_ids` reads."""
+    group.add_argument(
+        "--note_rules",
+        default="on",
+        choices=("on", "off"),
+        help="on: each step may release only a sounding pitch and strike only a silent one "
+        "(continue_sequence's note_event_ids); off: the model's logits as they are",
+    )
+
+
+def note_event_ids(args, music_data):
+    """The note-on and note-off ids under `--note_rules on`, else None."""
+    return music_data.event_id_ranges() if args.note_rules == "on" else None
