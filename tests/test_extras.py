@@ -78,10 +78,10 @@ FEATURES = {
     "test": Feature(("tests",), includes=("recipes", "jax", "torch", "export")),
 }
 # The rest of the package needs only `install_requires`: `translate_tokens`
-# with `beam_size` > 1 runs the beam extra's code, a model's
-# `serving_endpoints` (what `export_for_serving` asks it) the serving extra's,
-# and generation on the torch backend the torch extra's.
-CORE = Feature(("keras_selfattn",), optional=("beam", "serving", "torch"))
+# with `beam_size` > 1 runs the beam extra's code, and generation on the torch
+# backend the torch extra's. Every extra's code imports the package, so what
+# the core runs on request, each extra's code may too.
+CORE = Feature(("keras_selfattn",), optional=("beam", "torch"))
 
 
 def _owners():
@@ -213,11 +213,12 @@ def _lacking_imports(name, feature, reach, have):
 def _unplanned_runs(name, feature, reach):
     """Other extras' code that this code runs, neither included nor optional;
     optional extras it never runs."""
+    on_request = set(feature.optional) | set(CORE.optional)
     problems = [
         f"{name}'s code runs the {owner(*unit)!r} extra's {_where(unit)} (from {_where(caller)}): "
         f"include {owner(*unit)!r} or mark it optional"
         for unit, caller in sorted(reach.stopped.items(), key=str)
-        if owner(*unit) not in feature.optional
+        if owner(*unit) not in on_request
     ]
     for other in feature.optional:
         if not any(owner(*unit) == other for unit in reach.stopped):

@@ -7,20 +7,8 @@ import shutil
 import keras
 
 from keras_selfattn.export.contract import check_serving_contract
+from keras_selfattn.export.family_endpoints import FAMILY_ENDPOINTS, serving_endpoints
 from keras_selfattn.export.serving_options import ServingOptions
-from keras_selfattn.models.graph_transformer import GraphHeads, GraphTransformer
-from keras_selfattn.models.image_models import ImageTransformer
-from keras_selfattn.models.melody_conditioned import MelodyConditionedMusicTransformer
-from keras_selfattn.models.music_transformer import MusicTransformer
-from keras_selfattn.models.translation import TranslationTransformer
-from keras_selfattn.models.variable_misuse import VariableMisuseModel
-
-# The model classes, each of which declares its serving signatures; a model
-# of a class of its own before the generic heads over a graph encoder.
-FAMILY_CLASSES = (
-    MusicTransformer, MelodyConditionedMusicTransformer, TranslationTransformer, ImageTransformer,
-    GraphTransformer, VariableMisuseModel, GraphHeads,
-)
 
 
 def export_for_serving(
@@ -38,7 +26,7 @@ def export_for_serving(
     so a server watching `export_base/name` never loads half a model; its
     permissions follow the process umask, as ordinary files' do.
 
-    Each model class declares its signatures (`serving_endpoints`); by family:
+    The signatures of each model class are in `family_endpoints`; by family:
 
     - every model: `serving_default`, the forward pass, keyed by the model's
       input names -> `logits` (`dmol_params` for a DMOL head, `encodings`
@@ -143,7 +131,7 @@ def export_for_serving(
     options = ServingOptions(
         tokenizer, beam_size, alpha, max_length, note_event_ids, directions, min_note_steps or None
     )
-    endpoints, resources = _family_model(model).serving_endpoints(options)
+    endpoints, resources = serving_endpoints(_family_model(model), options)
     model_dir = os.path.join(os.fspath(export_base), name)
     version = _version(model_dir, version)
     os.makedirs(model_dir, exist_ok=True)
@@ -171,7 +159,7 @@ def _check_name(name):
 
 def _family_model(model):
     """`model` as the model class of its family."""
-    for model_class in FAMILY_CLASSES:
+    for model_class in FAMILY_ENDPOINTS:
         try:
             return model_class.from_model(model)
         except ValueError:

@@ -1,5 +1,5 @@
 """What `export_for_serving` asks of a model: its serving signatures, given
-the export's options. Each family class answers with `serving_endpoints`."""
+the export's options. `family_endpoints` answers for each model class."""
 
 import dataclasses
 import os

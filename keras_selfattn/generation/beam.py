@@ -7,9 +7,9 @@ axis it keeps static. The caches and encoder outputs travel flattened to
 layers see the same shapes as in greedy decoding.
 
 The final choice differs from tf-models-official's in one way: hypotheses
-still alive at `max_length` (truncated, no EOS) compete with the finished
+still alive at `max_new_tokens` (truncated, no EOS) compete with the finished
 ones under the same length-penalised score, as in greedy decoding, where a
-translation may also run to `max_length`. tf-models-official returns them
+translation may also run to `max_new_tokens`. tf-models-official returns them
 only when nothing finished, so a one-token EOS translation could win over a
 better truncated one.
 """
@@ -20,8 +20,8 @@ import keras
 from keras import ops
 
 
-def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id, sampling):
-    """Best `[batch, max_length]` int32 translations of the
+def beam_search(model, encoder_outputs, padding_mask, max_new_tokens, beam_size, alpha, eos_id, sampling):
+    """Best `[batch, max_new_tokens]` int32 translations of the
     `TranslationTransformer` `model` by GNMT-penalised score, and their
     float32 `[batch]` scores."""
     if keras.backend.backend() != "tensorflow":
@@ -50,7 +50,7 @@ def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alp
     padded_decode = batch_size is not None  # static shapes, as XLA needs
     if batch_size is None:
         batch_size = tf.shape(encoder_outputs)[0]
-    caches = model.initial_cache(batch_size, max_length)
+    caches = model.initial_cache(batch_size, max_new_tokens)
     cache_shapes = [tuple(cache.shape[1:]) for cache in caches]
     compute_dtype = caches[0].dtype
     source_length = encoder_outputs.shape[1] or tf.shape(encoder_outputs)[1]
@@ -82,15 +82,15 @@ def beam_search(model, encoder_outputs, padding_mask, max_length, beam_size, alp
         vocab_size=model.vocabulary_size,
         beam_size=beam_size,
         alpha=float(alpha),
-        max_decode_length=max_length,
+        max_decode_length=max_new_tokens,
         eos_id=eos_id,
         padded_decode=padded_decode,
         dtype="float32",
     )
     best, scores = search.search(tf.zeros((batch_size,), "int32"), state)
     best = best[:, 1:]  # drop the start token
-    best = tf.pad(best, [[0, 0], [0, max_length - tf.shape(best)[1]]])
-    return _pad_after_eos(tf.reshape(best, (-1, max_length)), eos_id), scores
+    best = tf.pad(best, [[0, 0], [0, max_new_tokens - tf.shape(best)[1]]])
+    return _pad_after_eos(tf.reshape(best, (-1, max_new_tokens)), eos_id), scores
 
 
 def _flat(tensor):

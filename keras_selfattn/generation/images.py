@@ -12,8 +12,7 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.models.image_common import position_grid
-from keras_selfattn.models.image_models import ImageTransformer
+from keras_selfattn.generation.decoder_contract import IMAGE, check_decoder
 from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 
 
@@ -44,8 +43,8 @@ def sample_images(
 
     Args:
         model: an `ImageTransformer` (categorical or DMOL head, with or
-            without classes) or `SuperResolutionTransformer`, or a plain
-            Functional model an earlier version saved of either.
+            without classes) or `SuperResolutionTransformer` (any model that
+            keeps their cached-step contract, `decoder_contract.IMAGE`).
         batch_size: how many images; may be omitted when an input below
             gives it.
         class_labels: int `[batch]` classes, exactly for class-conditional
@@ -89,7 +88,7 @@ def sample_images(
     (2, 2, 2, 3)
     """
     return generate_images(
-        ImageTransformer.from_model(model), batch_size, class_labels=class_labels,
+        check_decoder(model, IMAGE, "ImageTransformer"), batch_size, class_labels=class_labels,
         low_resolution=low_resolution, known_pixels=known_pixels, known_rows=known_rows,
         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, decoding=decoding,
     )
@@ -164,7 +163,7 @@ def generate_image(
         encoded = image.encode_low_resolution(low_resolution)
 
     order = image.generation_order()
-    columns = position_grid(image_shape, "dmol" if image.is_dmol else "categorical")[1]
+    columns = image.position_grid_shape[1]
     raster_index = order[:, 0] * columns + order[:, 1]  # of each step
     value_shape = (3,) if image.is_dmol else ()
     known = None

@@ -1,7 +1,6 @@
 """Accompaniment of a melody: `MelodyConditionedMusicTransformer.generate`,
 the music continuation loop over decoder steps that read the encoded melody."""
 
-from keras import ops
 
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules

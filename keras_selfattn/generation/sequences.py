@@ -5,6 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_selfattn.compat import pad
+from keras_selfattn.generation.decoder_contract import CONTINUATION, TRANSLATION, check_decoder
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import (
@@ -12,9 +13,7 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.layers.argument_checks import check_length
-from keras_selfattn.models.music_transformer import MusicTransformer
-from keras_selfattn.models.translation import TranslationTransformer
+from keras_selfattn.layers.argument_checks import check_length, renamed_argument
 from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 from keras_selfattn.ops.masks import sequence_mask
 
@@ -25,9 +24,11 @@ def continue_sequence(
     model, primer, max_new_tokens, *, primer_length=None, temperature=1.0, top_k=0, top_p=1.0, seed=None,
     note_event_ids=None, min_note_steps=0,
 ):
-    """`MusicTransformer.generate` of `model` (a `MusicTransformer`, or a
-    plain decoder-only model an earlier version saved): continues each primer
-    with `max_new_tokens` tokens; the arguments are `generate`'s.
+    """Continues each primer of the decoder `model` with `max_new_tokens`
+    tokens: `MusicTransformer.generate`, whose arguments these are, for any
+    decoder that keeps the cached-step contract (`initial_cache`,
+    `call_with_cache`, `vocabulary_size`, `max_length`). A plain model saved by
+    an earlier version becomes one with `MusicTransformer.from_model`.
 
     Example:
 
@@ -37,8 +38,9 @@ def continue_sequence(
     >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
     (1, 5)
     """
-    return MusicTransformer.from_model(model).generate(
-        primer, max_new_tokens, primer_length=primer_length, temperature=temperature, top_k=top_k,
+    check_decoder(model, CONTINUATION, "MusicTransformer", refused=("encode",))
+    return generate_continuation(
+        model, primer, max_new_tokens, primer_length=primer_length, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, note_event_ids=note_event_ids, min_note_steps=min_note_steps,
     )
 
@@ -180,7 +182,7 @@ def _row_lengths(primer_length, primer):
 def translate_tokens(
     model,
     source_tokens,
-    max_length,
+    max_new_tokens=None,
     *,
     beam_size=1,
     alpha=0.6,
@@ -190,10 +192,12 @@ def translate_tokens(
     top_p=1.0,
     seed=None,
     return_scores=False,
+    **deprecated,
 ):
-    """Translates with a `TranslationTransformer` (or a plain encoder-decoder
-    model an earlier version saved): greedy, sampled or beam search; the same
-    as its `generate`.
+    """Translates with an encoder-decoder `model` that keeps the cached-step
+    contract (`encode`, `initial_cache`, `call_with_cache`): greedy, sampled
+    or beam search; `TranslationTransformer.generate`. A plain model saved by
+    an earlier version becomes one with `TranslationTransformer.from_model`.
 
     Decoding starts from the start token 0 (the targets shifted right with
     0, as the model was trained) and stops at `eos_id`. `beam_size > 1` runs
@@ -203,7 +207,8 @@ def translate_tokens(
     Args:
         model: a `TranslationTransformer`.
         source_tokens: int `[batch, source_length]`, 0 = padding.
-        max_length: the most target tokens to generate, an int >= 1.
+        max_new_tokens: the most target tokens to generate, an int >= 1
+            (`max_length=` is its old name, with a `DeprecationWarning`).
         beam_size: 1 decodes token by token (greedy or sampled); more runs
             beam search.
         alpha: beam search's length penalty exponent, >= 0.
@@ -216,10 +221,10 @@ def translate_tokens(
         return_scores: also return each translation's GNMT score.
 
     Returns:
-        int32 `[batch, max_length]` target tokens without the start token;
+        int32 `[batch, max_new_tokens]` target tokens without the start token;
         after `eos_id` only padding 0. With `return_scores`, also float32
         `[batch]` scores `log P / ((5 + length) / 6) ** alpha`, `length`
-        counting the EOS (`max_length` for a translation without one).
+        counting the EOS (`max_new_tokens` for a translation without one).
 
     Raises:
         ValueError: for a model that is not a translation model, bad source
@@ -234,27 +239,33 @@ def translate_tokens(
     >>> tuple(translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape)
     (1, 4)
     """
-    return TranslationTransformer.from_model(model).generate(
-        source_tokens, max_length, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
+    check_decoder(model, TRANSLATION, "TranslationTransformer")
+    return generate_translation(
+        model, source_tokens, max_new_tokens, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
+        **deprecated,
     )
 
 
-def generate_translation(model, *args, **kwargs):
-    """`_generate_translation` with no gradients recorded (`gradients_off`)."""
+def generate_translation(model, source_tokens, max_new_tokens=None, **settings):
+    """`_generate_translation` with no gradients recorded (`gradients_off`);
+    `max_length=` is the old name of `max_new_tokens`."""
+    max_new_tokens = renamed_argument(settings, "max_length", "max_new_tokens", max_new_tokens)
+    if max_new_tokens is None:
+        raise TypeError("Missing the argument `max_new_tokens`.")
     with gradients_off():
-        return _generate_translation(model, *args, **kwargs)
+        return _generate_translation(model, source_tokens, max_new_tokens, **settings)
 
 
 @graph_when_eager
 def _generate_translation(
-    model, source_tokens, max_length, *, beam_size, alpha, eos_id, temperature, top_k, top_p, seed,
+    model, source_tokens, max_new_tokens, *, beam_size, alpha, eos_id, temperature, top_k, top_p, seed,
     return_scores,
 ):
     """The body of `TranslationTransformer.generate`."""
     check_sampling_arguments(temperature, top_k, top_p)
     source_tokens = int_tokens("source_tokens", source_tokens, static_length=False)
-    check_length("max_length", max_length, model.max_length)
+    check_length("max_new_tokens", max_new_tokens, model.max_length)
     vocabulary_size = model.vocabulary_size
     if isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 1 <= eos_id < vocabulary_size:
         raise ValueError(
@@ -268,19 +279,19 @@ def _generate_translation(
         from keras_selfattn.generation.beam import beam_search
 
         tokens, scores = beam_search(
-            model, encoder_outputs, padding_mask, max_length, beam_size, alpha, eos_id,
+            model, encoder_outputs, padding_mask, max_new_tokens, beam_size, alpha, eos_id,
             sampling=dict(temperature=temperature, top_k=top_k, top_p=top_p),
         )
         return (tokens, scores) if return_scores else tokens
     seed = resolve_seed(seed)
     batch_size = ops.shape(source_tokens)[0]
-    tokens = ops.full((batch_size, max_length + 1), START_ID, dtype="int32")
+    tokens = ops.full((batch_size, max_new_tokens + 1), START_ID, dtype="int32")
     finished = ops.zeros((batch_size,), dtype="bool")
     log_probability = ops.zeros((batch_size,), dtype="float32")
-    caches = model.initial_cache(batch_size, max_length)
+    caches = model.initial_cache(batch_size, max_new_tokens)
 
     def unfinished(index, tokens, finished, log_probability, caches):
-        return ops.logical_and(index < max_length, ops.logical_not(ops.all(finished)))
+        return ops.logical_and(index < max_new_tokens, ops.logical_not(ops.all(finished)))
 
     def step(index, tokens, finished, log_probability, caches):
         logits, _, caches = model.call_with_cache(
@@ -304,7 +315,7 @@ def _generate_translation(
     if not return_scores:
         return tokens
     is_eos = ops.equal(tokens, eos_id)
-    length = ops.where(ops.any(is_eos, axis=1), ops.argmax(is_eos, axis=1) + 1, max_length)
+    length = ops.where(ops.any(is_eos, axis=1), ops.argmax(is_eos, axis=1) + 1, max_new_tokens)
     return tokens, log_probability / ((5.0 + ops.cast(length, "float32")) / 6.0) ** alpha
 
 

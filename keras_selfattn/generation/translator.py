@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from keras_selfattn.generation.sequences import translate_tokens
+from keras_selfattn.layers.argument_checks import renamed_required_argument
 
 
 class Translator:
@@ -20,7 +21,8 @@ class Translator:
         model: a `transformer_translation` model.
         sentencepiece: a `sentencepiece.SentencePieceProcessor` of the model's
             joint vocabulary.
-        max_length: the most target tokens a translation may have.
+        max_new_tokens: the most target tokens a translation may have
+            (`max_length=` is its old name, with a `DeprecationWarning`).
         batch_size: sentences per decoding batch.
         alpha: the length penalty of beam search and of the scores.
         length_step: sources are padded to a multiple of this many ids.
@@ -34,15 +36,19 @@ class Translator:
     ...     def decode(self, ids): return " ".join(map(str, ids))
     ...     def eos_id(self): return 1
     >>> model = transformer_translation(10, 10, preset="tiny", num_layers=1)
-    >>> texts, tokens = Translator(model, Pieces(), max_length=5).translate(["a bb", "ccc"])
+    >>> texts, tokens = Translator(model, Pieces(), max_new_tokens=5).translate(["a bb", "ccc"])
     >>> len(texts), all(len(ids) <= 5 for ids in tokens)
     (2, True)
     """
 
-    def __init__(self, model, sentencepiece, max_length, batch_size=32, alpha=0.6, length_step=8):
+    def __init__(
+        self, model, sentencepiece, max_new_tokens=None, batch_size=32, alpha=0.6, length_step=8, **deprecated
+    ):
         self.model = model
         self.sentencepiece = sentencepiece
-        self.max_length = max_length
+        self.max_new_tokens = renamed_required_argument(
+            max_new_tokens, "max_new_tokens", "max_length", deprecated
+        )
         self.batch_size = batch_size
         self.alpha = alpha
         self.length_step = length_step
@@ -71,7 +77,7 @@ class Translator:
         for slot, ids in enumerate(sources):
             batch[slot, : len(ids)] = ids
         return keras.ops.convert_to_numpy(
-            translate_tokens(self.model, batch, self.max_length, beam_size=beam_size, alpha=self.alpha)
+            translate_tokens(self.model, batch, self.max_new_tokens, beam_size=beam_size, alpha=self.alpha)
         )
 
 

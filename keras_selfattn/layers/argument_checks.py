@@ -76,7 +76,7 @@ def checked_in_range(tensor, argument, limits, switch, unchecked_under_xla=False
         switch: the argument that turns the check off, named in the error
             under XLA (`"check_relations"`).
     """
-    values = _concrete(tensor)
+    values = concrete_value(tensor)
     if values is not None:
         for what, column, size in limits:
             _check_range(what, argument, values if column is None else values[..., column], size)
@@ -126,7 +126,7 @@ def _asserted_in_range(tensor, argument, limits, switch):
         return tf.identity(tensor)
 
 
-def _concrete(tensor):
+def concrete_value(tensor):
     """`tensor` as a numpy array when its values are known without running a graph."""
     if isinstance(tensor, np.ndarray):
         return tensor
@@ -153,3 +153,19 @@ def renamed_argument(overrides, old_name, new_name, value):
         f"`{old_name}` is deprecated; pass `{new_name}`.", DeprecationWarning, stacklevel=3
     )
     return overrides.pop(old_name)
+
+
+def renamed_required_argument(value, new_name, old_name, deprecated):
+    """`value` of the required argument `new_name`, or the one `deprecated`
+    (the caller's other keyword arguments) gives under its old name
+    `old_name`, with a `DeprecationWarning`.
+
+    Raises:
+        TypeError: neither is given, or `deprecated` holds another name.
+    """
+    value = renamed_argument(deprecated, old_name, new_name, value)
+    if deprecated:
+        raise TypeError(f"Unexpected keyword arguments {sorted(deprecated)}")
+    if value is None:
+        raise TypeError(f"Missing the argument `{new_name}`.")
+    return value

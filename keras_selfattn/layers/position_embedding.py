@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_selfattn.layers.argument_checks import checked_in_range
+
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
 class PositionEmbedding(keras.layers.Layer):
@@ -25,6 +27,11 @@ class PositionEmbedding(keras.layers.Layer):
 
     Returns:
         The embeddings of shape `inputs.shape` in the compute dtype.
+
+    Raises:
+        ValueError: positions past the table (`cache_update_index + length >
+            sequence_length`); in a TensorFlow graph the run fails with an
+            `InvalidArgumentError` carrying the same message.
 
     Example:
 
@@ -63,9 +70,24 @@ class PositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs, cache_update_index=0):
         shape = keras.ops.shape(inputs)
+        first = self._checked_first_position(cache_update_index, shape[1])
         table = keras.ops.convert_to_tensor(self.position_embeddings)
-        rows = keras.ops.slice(table, (cache_update_index, 0), (shape[1], shape[2]))
+        rows = keras.ops.slice(table, (first, 0), (shape[1], shape[2]))
         return keras.ops.broadcast_to(rows[None], shape)
+
+    def _checked_first_position(self, cache_update_index, length):
+        """`cache_update_index`, checked so that its `length` positions lie in
+        the table: a `ValueError` for values known now, an
+        `InvalidArgumentError` with the same message in a TensorFlow graph.
+        Under XLA and `jax.jit` the positions go unchecked (and a slice past
+        the table's end is clamped there), as assertions cannot run."""
+        first = keras.ops.cast(cache_update_index, "int32")
+        positions = keras.ops.stack([first, first + keras.ops.cast(length, "int32") - 1])
+        what = "position (`cache_update_index` + row index)"
+        checked = checked_in_range(
+            positions, "inputs", [(what, None, self.sequence_length)], switch=None, unchecked_under_xla=True
+        )
+        return checked[0]
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -7,8 +7,7 @@ from keras_selfattn.models.graph_transformer import (
     graph_transformer,
 )
 from keras_selfattn.models.image_decoding import generation_order, image_decoder_step
-from keras_selfattn.models.image_models import ImageTransformer, SuperResolutionTransformer
-from keras_selfattn.models.image_transformer import IMAGE_PRESETS, image_transformer
+from keras_selfattn.models.image_transformer import IMAGE_PRESETS, ImageTransformer, image_transformer
 from keras_selfattn.models.losses import (
     DiscretizedMixtureLogisticsLoss,
     MaskedSparseCategoricalCrossentropy,
@@ -22,6 +21,7 @@ from keras_selfattn.models.schedules import RsqrtWarmupSchedule
 from keras_selfattn.models.segment_memory_trainer import SegmentMemoryTrainer
 from keras_selfattn.models.super_resolution import (
     SUPER_RESOLUTION_PRESETS,
+    SuperResolutionTransformer,
     image_super_resolution,
 )
 from keras_selfattn.models.translation import (

@@ -1,6 +1,7 @@
 """What the model class of every family shares: construction from
 hyperparameters (`get_config` returns them), presets, the integer input
-checks, and loading models saved by earlier versions."""
+checks, and rebuilding plain models saved by earlier versions (read by
+`plain_models`)."""
 
 import tempfile
 import weakref
@@ -9,12 +10,9 @@ from pathlib import Path
 import keras
 
 from keras_selfattn.layers.argument_checks import checked_in_range
+from keras_selfattn.models import plain_models, presets
 
 _VIEWS = weakref.WeakKeyDictionary()
-
-# The keys of a Functional model's config: a file saved when the family
-# classes were Functional models assembled by builder functions.
-_FUNCTIONAL_CONFIG_KEYS = ("layers", "input_layers", "output_layers")
 
 
 class classproperty:
@@ -32,23 +30,28 @@ class FamilyModel(keras.Model):
 
     A family class sets its layers as attributes, builds its graph, and calls
     `super().__init__(inputs, outputs, hyperparameters=..., **kwargs)`;
-    `get_config()` returns those hyperparameters (plus `name` and
-    `trainable`), and `from_config(get_config())` rebuilds the model.
+    `get_config()` returns those hyperparameters (plus `name`, `trainable`
+    and `generation_settings`), and `from_config(get_config())` rebuilds the
+    model.
+
+    Every family class also takes `generation_settings`: a dict of `generate`
+    keyword arguments chosen for a trained model (a trained preset's
+    decoding), kept as `model.generation_settings` and in its config; `{}` by
+    default.
     """
 
     # The family's builders, named in errors.
     builder_name = None
     # The family's name in `keras_selfattn.models.list_presets()`.
     family = None
-    # A family built from hyperparameters reads, with this classmethod, the
-    # constructor arguments of a plain Functional model with its layer names
-    # (how earlier versions saved it). `None`: the class wraps a Functional
-    # graph its user assembled (`GraphHeads`).
-    _saved_arguments = None
+    # True for a class that wraps a Functional graph its user assembled
+    # (`GraphHeads`): it has no hyperparameters of its own.
+    wraps_user_graph = False
 
-    def __init__(self, *args, hyperparameters=None, **kwargs):
+    def __init__(self, *args, hyperparameters=None, generation_settings=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._hyperparameters = dict(hyperparameters or {})
+        self.generation_settings = _checked_settings(generation_settings)
         self._model_initialized = True
 
     def __setattr__(self, name, value):
@@ -70,29 +73,24 @@ class FamilyModel(keras.Model):
     def get_config(self):
         if not self._hyperparameters:
             return super().get_config()
-        return {"name": self.name, "trainable": self.trainable, **self._hyperparameters}
+        config = {"name": self.name, "trainable": self.trainable, **self._hyperparameters}
+        if self.generation_settings:
+            config["generation_settings"] = dict(self.generation_settings)
+        return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        if not cls.built_from_hyperparameters():
+        if cls.wraps_user_graph:
             return super().from_config(config, custom_objects=custom_objects)
-        if all(key in config for key in _FUNCTIONAL_CONFIG_KEYS):
+        if plain_models.is_functional_config(config):
             plain = keras.Model.from_config(config, custom_objects=custom_objects)
-            return cls(**cls._saved_arguments(plain), name=plain.name)
+            return cls(**plain_models.saved_arguments(cls, plain), name=plain.name)
         return cls(**config)
-
-    @classmethod
-    def built_from_hyperparameters(cls):
-        """Whether `cls(**hyperparameters)` builds the model (`get_config`
-        returns them), rather than the family's builder function."""
-        return cls._saved_arguments is not None
 
     @classproperty
     def presets(cls):
         """`{name: {"description", "weights", "hyperparameters"}}`: every
         preset of this family; `weights` says whether trained weights ship."""
-        from keras_selfattn.models import presets
-
         return presets.family_presets(cls.family)
 
     @classmethod
@@ -118,8 +116,6 @@ class FamilyModel(keras.Model):
                 would change a trained preset's architecture, or a weights
                 file that is missing or whose sha256 differs.
         """
-        from keras_selfattn.models import presets
-
         return presets.build_preset(cls, preset, load_weights, overrides)
 
     @classmethod
@@ -132,28 +128,22 @@ class FamilyModel(keras.Model):
         """
         if isinstance(model, cls):
             return model
-        if not isinstance(model, keras.Model) or not cls._has_layout(model):
+        if not isinstance(model, keras.Model) or not cls._is_plain_model_of_family(model):
             name = getattr(model, "name", type(model).__name__)
             raise ValueError(
                 f"`model` must be a Keras model built by {cls.builder_name}. "
                 f"Received: model {name!r}"
             )
-        if cls.built_from_hyperparameters():
-            return _rebuilt(cls._view_class(model), model)
-        if model not in _VIEWS:
-            _VIEWS[model] = cls._view_class(model)(model.input, model.output, name=model.name)
-        return _VIEWS[model]
+        if cls.wraps_user_graph:
+            if model not in _VIEWS:
+                _VIEWS[model] = cls(model.input, model.output, name=model.name)
+            return _VIEWS[model]
+        return _rebuilt(plain_models.plain_class(cls, model), model)
 
     @classmethod
-    def _has_layout(cls, model):
-        """Whether `model` has the layers and inputs of this family's
-        builders; a family class says which."""
-        return False
-
-    @classmethod
-    def _view_class(cls, model):
-        """The class a plain model of this family becomes."""
-        return cls
+    def _is_plain_model_of_family(cls, model):
+        """Whether the plain model `model` has this family's layers and inputs."""
+        return plain_models.has_layout(cls, model)
 
     def call(self, inputs, training=None, mask=None, **kwargs):
         """The Functional forward pass, each integer input first checked to
@@ -204,6 +194,17 @@ class FamilyModel(keras.Model):
             x = candidate(x, **encoded)
 
 
+def _checked_settings(settings):
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict) or not all(isinstance(key, str) for key in settings):
+        raise ValueError(
+            "`generation_settings` must be a dict of `generate` keyword arguments. "
+            f"Received: generation_settings={settings!r}"
+        )
+    return dict(settings)
+
+
 def build_optimizer(model):
     """Builds the compiled `model`'s optimizer for its trainable variables, in
     its distribution strategy's scope, unless it is built. On TensorFlow
@@ -220,7 +221,7 @@ def _rebuilt(model_class, model):
     """`model_class` with the hyperparameters and weights of the plain model
     `model` (the weights file keys each layer by its class and its position
     among the model's layers, which the constructor keeps)."""
-    rebuilt = model_class(**model_class._saved_arguments(model), name=model.name)
+    rebuilt = model_class(**plain_models.saved_arguments(model_class, model), name=model.name)
     with tempfile.TemporaryDirectory() as folder:
         path = str(Path(folder) / "weights.weights.h5")
         model.save_weights(path)

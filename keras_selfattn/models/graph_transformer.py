@@ -15,7 +15,9 @@ from keras_selfattn.models.config import (
     renamed_argument,
     resolve_preset,
 )
+from keras_selfattn.models import plain_models
 from keras_selfattn.models.family_model import FamilyModel
+from keras_selfattn.models.presets import register_presets
 
 GRAPH_PRESETS = {
     # Transformer-base sizes.
@@ -212,44 +214,6 @@ class GraphTransformer(FamilyModel):
             return {}
         return {"token_ids": ("token id", self.vocabulary_size)}
 
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s `serving_default`: node tokens and relations
-        in, `encodings` and a per-row `status` out."""
-        from keras_selfattn.export import graph_signatures
-
-        options.refuse_others("graph")
-        return [graph_signatures.graph_endpoint(self, self, "encodings")], []
-
-    @classmethod
-    def _has_layout(cls, model):
-        """A plain Functional model as `graph_transformer` built them: inputs
-        `token_ids` and `relations`, one output, an embedding and relational
-        attention among its own layers."""
-        return (
-            {tensor.name for tensor in model.inputs} == {"token_ids", "relations"}
-            and len(model.outputs) == 1
-            and any(isinstance(layer, keras.layers.Embedding) for layer in model.layers)
-            and any(isinstance(layer, RelationalAttention) for layer in model.layers)
-        )
-
-    @classmethod
-    def _saved_arguments(cls, model):
-        """The hyperparameters of a plain model of `_has_layout`, read from
-        its layers by type, in the order its graph calls them."""
-        (embedding,) = [layer for layer in model.layers if isinstance(layer, keras.layers.Embedding)]
-        attentions = [layer for layer in model.layers if isinstance(layer, RelationalAttention)]
-        dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
-        attention = attentions[0]
-        return dict(
-            vocabulary_size=embedding.input_dim, num_relations=attention.num_relations,
-            num_layers=len(attentions), hidden_dim=embedding.output_dim, num_heads=attention.num_heads,
-            feedforward_dim=dense[0].units, dropout=attention.dropout,
-            add_relative_bias=attention.add_relative_bias,
-            heads_share_relative_embedding=attention.heads_share_relative_embedding,
-            check_inputs=attention.check_relations,
-        )
-
-
 def check_graph_hyperparameters(hyperparameters):
     """`ValueError` naming the first hyperparameter of a graph encoder that
     no model can have."""
@@ -286,28 +250,10 @@ class GraphHeads(FamilyModel):
     their own (`VariableMisuseModel` has one)."""
 
     builder_name = "keras_selfattn.models (heads over graph_transformer, with dict outputs)"
+    wraps_user_graph = True
 
     @classmethod
-    def _has_layout(cls, model):
-        try:
-            outputs, inputs = model.output, model.inputs
-        except (AttributeError, ValueError):  # a subclassed model: no symbolic outputs
-            return False
-        return (
-            isinstance(outputs, dict)
-            and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
-            and held_encoder(model) is not None
-        )
+    def _is_plain_model_of_family(cls, model):
+        return plain_models.is_graph_heads(model)
 
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s `serving_default`: the heads' named outputs
-        as float32, and a per-row `status`."""
-        from keras_selfattn.export import graph_signatures
-
-        options.refuse_others("graph")
-        return [graph_signatures.graph_endpoint(self, held_encoder(self), None)], []
-
-
-def held_encoder(model):
-    """The `GraphTransformer` among `model`'s layers, or `None`."""
-    return next((layer for layer in model.layers if isinstance(layer, GraphTransformer)), None)
+register_presets(GraphTransformer, GRAPH_PRESETS, builder="graph_transformer")

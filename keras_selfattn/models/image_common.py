@@ -34,25 +34,25 @@ NUM_DIFFERENCES = 2 * NUM_VALUES - 1
 DMOL_OUTPUTS_PER_MIXTURE = 10
 
 
-def check_image_config(image_shape, config):
+def check_image_config(image_shape, hyperparameters):
     """Validates the image shape against the attention and head settings."""
-    check_choice("attention", config["attention"], ATTENTIONS)
-    check_choice("head", config["head"], HEADS)
+    check_choice("attention", hyperparameters["attention"], ATTENTIONS)
+    check_choice("head", hyperparameters["head"], HEADS)
     if len(image_shape) != 3 or any(not isinstance(s, int) or s < 1 for s in image_shape):
         raise ValueError(
             f"`image_shape` must be (height, width, channels) of positive integers. "
             f"Received: {image_shape}"
         )
-    if config["head"] == "dmol" and image_shape[-1] != 3:
+    if hyperparameters["head"] == "dmol" and image_shape[-1] != 3:
         raise ValueError(
             f"`head='dmol'` models RGB pixels: `image_shape` needs 3 channels. Received: {image_shape}"
         )
-    if is_grid_attention(config["attention"]):
-        grid = position_grid(image_shape, config["head"])
-        block_shape = config["block_shape"]
+    if is_grid_attention(hyperparameters["attention"]):
+        grid = position_grid(image_shape, hyperparameters["head"])
+        block_shape = hyperparameters["block_shape"]
         if block_shape is None:
             raise ValueError(
-                f"`attention={config['attention']!r}` needs `block_shape`, its query block "
+                f"`attention={hyperparameters['attention']!r}` needs `block_shape`, its query block "
                 "(rows, columns of the position grid). Received: block_shape=None"
             )
         if grid[0] % block_shape[0] or grid[1] % block_shape[1]:
@@ -60,10 +60,10 @@ def check_image_config(image_shape, config):
                 f"The position grid {grid} (height, width x channels for sub-pixels) must "
                 f"be a multiple of `block_shape` {tuple(block_shape)}."
             )
-        flange_height, flange_width = config["memory_flange"]
+        flange_height, flange_width = hyperparameters["memory_flange"]
         if flange_height > grid[0] or flange_width > grid[1]:
             raise ValueError(
-                f"`memory_flange` {tuple(config['memory_flange'])} exceeds the position grid {grid}."
+                f"`memory_flange` {tuple(hyperparameters['memory_flange'])} exceeds the position grid {grid}."
             )
 
 
@@ -156,33 +156,33 @@ def position_signal(attention, name):
     return SinusoidalPositionEncoding(name=name)
 
 
-def decoder_attention(config, image_shape):
-    """The masked self-attention layer the config names."""
+def decoder_attention(hyperparameters, image_shape):
+    """The masked self-attention layer the hyperparameters names."""
     common = dict(
-        num_heads=config["num_heads"],
-        key_dim=config["hidden_dim"] // config["num_heads"],
-        dropout=config["dropout"],
+        num_heads=hyperparameters["num_heads"],
+        key_dim=hyperparameters["hidden_dim"] // hyperparameters["num_heads"],
+        dropout=hyperparameters["dropout"],
     )
-    if config["attention"] == "local_1d":
-        return LocalAttention1D(block_length=config["block_length"], **common)
-    if is_grid_attention(config["attention"]):
-        layer = LocalAttention2D if config["attention"] == "local_2d" else LocalRelativeAttention2D
+    if hyperparameters["attention"] == "local_1d":
+        return LocalAttention1D(block_length=hyperparameters["block_length"], **common)
+    if is_grid_attention(hyperparameters["attention"]):
+        layer = LocalAttention2D if hyperparameters["attention"] == "local_2d" else LocalRelativeAttention2D
         return layer(
-            block_shape=tuple(config["block_shape"]),
-            memory_flange=tuple(config["memory_flange"]),
-            grid_shape=position_grid(image_shape, config["head"]),
+            block_shape=tuple(hyperparameters["block_shape"]),
+            memory_flange=tuple(hyperparameters["memory_flange"]),
+            grid_shape=position_grid(image_shape, hyperparameters["head"]),
             **common,
         )
     return MultiHeadAttention(**common)
 
 
-def output_head(config, num_values=NUM_VALUES):
+def output_head(hyperparameters, num_values=NUM_VALUES):
     """Per-position output: a logit per coded value of the sub-pixel, or the
     DMOL parameters."""
-    if config["head"] == "categorical":
+    if hyperparameters["head"] == "categorical":
         units = num_values
     else:
-        units = DMOL_OUTPUTS_PER_MIXTURE * config["num_mixtures"]
+        units = DMOL_OUTPUTS_PER_MIXTURE * hyperparameters["num_mixtures"]
     return keras.layers.Dense(units, dtype="float32", name="logits")
 
 
@@ -194,24 +194,24 @@ def to_image_outputs(outputs, image_shape, head):
     return ops.reshape(outputs, (-1, height, width, outputs.shape[-1]))
 
 
-def decoder_blocks(image_shape, config, cross_attention_factory=None):
+def decoder_blocks(image_shape, hyperparameters, cross_attention_factory=None):
     """The decoder blocks `decoder_block_{i}`, each over the masked
-    self-attention the config names (and a cross-attention from
+    self-attention the hyperparameters names (and a cross-attention from
     `cross_attention_factory()` when given)."""
     return [
         TransformerDecoderBlock(
-            decoder_attention(config, image_shape),
-            feedforward_dim=config["feedforward_dim"],
+            decoder_attention(hyperparameters, image_shape),
+            feedforward_dim=hyperparameters["feedforward_dim"],
             cross_attention=None if cross_attention_factory is None else cross_attention_factory(),
-            dropout=config["dropout"],
+            dropout=hyperparameters["dropout"],
             norm_first=True,
             name=f"decoder_block_{index}",
         )
-        for index in range(config["num_layers"])
+        for index in range(hyperparameters["num_layers"])
     ]
 
 
-def decoder_inputs(decoder, pixels, config, image_shape, condition=None, position_condition=None):
+def decoder_inputs(decoder, pixels, hyperparameters, image_shape, condition=None, position_condition=None):
     """The input of the first decoder block for `pixels`, in the attention
     layout: each position's embedded previous value (in generation order),
     the conditions and the position signal.
@@ -221,7 +221,7 @@ def decoder_inputs(decoder, pixels, config, image_shape, condition=None, positio
             `None`) and `target_position` layers are read.
         pixels: `[batch, H, W, C]` values 0..255 (the image being modelled),
             or their coded differences for a difference-coding decoder.
-        config: the model's hyperparameters.
+        hyperparameters: the model's hyperparameters.
         image_shape: `(H, W, C)`.
         condition: optional `[batch, hidden_dim]` vector added everywhere
             (class embedding).
@@ -230,10 +230,10 @@ def decoder_inputs(decoder, pixels, config, image_shape, condition=None, positio
             added after the shift.
     """
     embedding = decoder.pixel_embedding
-    num_values = NUM_VALUES if config["head"] == "dmol" else coded_values(embedding, image_shape)
-    grid = embed_pixels(pixels, embedding, config["head"], num_values)
-    x = to_attention_layout(grid, config["attention"])
-    x = shift_right(x, config["attention"], config["block_shape"])
+    num_values = NUM_VALUES if hyperparameters["head"] == "dmol" else coded_values(embedding, image_shape)
+    grid = embed_pixels(pixels, embedding, hyperparameters["head"], num_values)
+    x = to_attention_layout(grid, hyperparameters["attention"])
+    x = shift_right(x, hyperparameters["attention"], hyperparameters["block_shape"])
     if decoder.pixel_dropout is not None:
         # Whole positions lose the previous pixel, unscaled (a 0/1 mask).
         keep = decoder.pixel_dropout(ops.ones_like(x[..., :1]))

@@ -23,10 +23,11 @@ from keras_selfattn.ops.blocking_2d import block_raster_index
 from keras_selfattn.ops.timing import timing_signal_nd
 
 
-def generation_order(image_shape, config):
+def generation_order(image_shape, hyperparameters):
     """`[positions, 2]` int32 `(row, column)` grid coordinates in generation order."""
-    block_shape = tuple(config["block_shape"]) if is_grid_attention(config["attention"]) else None
-    return _generation_order(tuple(image_shape), config["head"], block_shape).copy()
+    grid = is_grid_attention(hyperparameters["attention"])
+    block_shape = tuple(hyperparameters["block_shape"]) if grid else None
+    return _generation_order(tuple(image_shape), hyperparameters["head"], block_shape).copy()
 
 
 @functools.lru_cache(maxsize=32)
@@ -42,7 +43,7 @@ def _generation_order(image_shape, head, block_shape):
 
 
 def image_decoder_step(
-    decoder, config, image_shape, previous, step, caches, class_condition=None, encoder_outputs=None,
+    decoder, hyperparameters, image_shape, previous, step, caches, class_condition=None, encoder_outputs=None,
     position_condition=None, position_logits=None, estimates=None,
 ):
     """The outputs for the position at `step` in generation order.
@@ -51,7 +52,7 @@ def image_decoder_step(
         decoder: the model, whose decoder layers (`pixel_embedding`,
             `target_position`, `decoder_blocks`, `decoder_norm`,
             `output_projection`) the step runs.
-        config: the model's hyperparameters.
+        hyperparameters: the model's hyperparameters.
         image_shape: `(height, width, channels)`.
         previous: the value generated at `step - 1`: `[batch]` int sub-pixel
             values for the categorical head, `[batch, channels]` pixels for
@@ -78,19 +79,19 @@ def image_decoder_step(
         DMOL parameters, the `[batch, hidden_dim]` final hidden state they
         project, and the updated caches.
     """
-    order = ops.convert_to_tensor(generation_order(image_shape, config))
+    order = ops.convert_to_tensor(generation_order(image_shape, hyperparameters))
     step = ops.cast(step, "int32")
-    raster_index = _raster_index(config, image_shape, order, step)
+    raster_index = _raster_index(hyperparameters, image_shape, order, step)
     if estimates is not None:
-        previous_index = _raster_index(config, image_shape, order, ops.maximum(step - 1, 0))
+        previous_index = _raster_index(hyperparameters, image_shape, order, ops.maximum(step - 1, 0))
         previous = differences_from(previous, ops.take(estimates, previous_index, axis=1))
-    x = _previous_embedding(decoder.pixel_embedding, config, image_shape, previous, order, step)
+    x = _previous_embedding(decoder.pixel_embedding, hyperparameters, image_shape, previous, order, step)
     if class_condition is not None:
         x = x + class_condition
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
-    x = x + _position_signal(decoder.target_position, config, image_shape, step, raster_index, x.dtype)
-    x = x[:, None, None, :] if is_grid_attention(config["attention"]) else x[:, None, :]
+    x = x + _position_signal(decoder.target_position, hyperparameters, image_shape, step, raster_index, x.dtype)
+    x = x[:, None, None, :] if is_grid_attention(hyperparameters["attention"]) else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     new_caches = []
     for block, cache in zip(decoder.decoder_blocks, caches):
@@ -107,8 +108,8 @@ def image_decoder_step(
     return outputs, hidden, new_caches
 
 
-def _previous_embedding(embedding, config, image_shape, previous, order, step):
-    if config["head"] == "dmol":
+def _previous_embedding(embedding, hyperparameters, image_shape, previous, order, step):
+    if hyperparameters["head"] == "dmol":
         vector = embedding(ops.cast(previous, "float32") / 127.5 - 1.0)
     else:
         previous_column = ops.take(order, ops.maximum(step - 1, 0), axis=0)[1]
@@ -117,20 +118,20 @@ def _previous_embedding(embedding, config, image_shape, previous, order, step):
     return vector * ops.cast(step > 0, vector.dtype)
 
 
-def _position_signal(position, config, image_shape, step, raster_index, dtype):
-    if not is_grid_attention(config["attention"]):
-        signal = position(ops.zeros((1, 1, config["hidden_dim"]), dtype), cache_update_index=step)
+def _position_signal(position, hyperparameters, image_shape, step, raster_index, dtype):
+    if not is_grid_attention(hyperparameters["attention"]):
+        signal = position(ops.zeros((1, 1, hyperparameters["hidden_dim"]), dtype), cache_update_index=step)
         return signal[:, 0]
-    grid_shape = position_grid(image_shape, config["head"])
+    grid_shape = position_grid(image_shape, hyperparameters["head"])
     signal = timing_signal_nd(
-        grid_shape, config["hidden_dim"], position.min_timescale, position.max_timescale
+        grid_shape, hyperparameters["hidden_dim"], position.min_timescale, position.max_timescale
     )
     signal = ops.take(ops.reshape(signal, (-1, signal.shape[-1])), raster_index, axis=0)
     return ops.cast(signal[None], dtype)
 
 
-def _raster_index(config, image_shape, order, step):
+def _raster_index(hyperparameters, image_shape, order, step):
     """The raster-order index of the position generated at `step`."""
-    columns = position_grid(image_shape, config["head"])[1]
+    columns = position_grid(image_shape, hyperparameters["head"])[1]
     position = ops.take(order, step, axis=0)
     return position[0] * columns + position[1]

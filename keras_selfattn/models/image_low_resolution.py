@@ -15,30 +15,32 @@ from keras_selfattn.models.image_common import NUM_VALUES, embed_pixels, pixel_e
 INITIAL_PRIOR_WIDTH = 8.0
 
 
-def low_resolution_attention(config):
+def low_resolution_attention(hyperparameters):
     """The encoder's self-attention and the decoder's cross-attention."""
     return MultiHeadAttention(
-        config["num_heads"], config["hidden_dim"] // config["num_heads"], dropout=config["dropout"]
+        hyperparameters["num_heads"],
+        hyperparameters["hidden_dim"] // hyperparameters["num_heads"],
+        dropout=hyperparameters["dropout"],
     )
 
 
-def source_embedding(low_shape, config):
-    return pixel_embedding(low_shape, config["hidden_dim"], "categorical", "source_embedding")
+def source_embedding(low_shape, hyperparameters):
+    return pixel_embedding(low_shape, hyperparameters["hidden_dim"], "categorical", "source_embedding")
 
 
 def source_position():
     return SinusoidalPositionEncoding(name="source_position")
 
 
-def encoder_blocks(config):
+def encoder_blocks(hyperparameters):
     return [
         TransformerEncoderBlock(
-            low_resolution_attention(config),
-            feedforward_dim=config["feedforward_dim"],
-            dropout=config["dropout"],
+            low_resolution_attention(hyperparameters),
+            feedforward_dim=hyperparameters["feedforward_dim"],
+            dropout=hyperparameters["dropout"],
             name=f"encoder_block_{index}",
         )
-        for index in range(config["num_encoder_layers"])
+        for index in range(hyperparameters["num_encoder_layers"])
     ]
 
 
@@ -57,7 +59,7 @@ def encode_low_resolution(model, low):
     return model.encoder_norm(x)
 
 
-def upsampler(low_shape, high_shape, config):
+def upsampler(low_shape, high_shape, hyperparameters):
     """The frozen sub-model `upsampler`: `low_resolution` -> the float
     `[batch, H, W, C]` estimate of the high-resolution image, bicubic plus
     a residual correction from `upsampler_layers` convolutions (zero
@@ -67,11 +69,11 @@ def upsampler(low_shape, high_shape, config):
         keras.ops.cast(low, "float32"), high_shape[:2], interpolation="bicubic"
     )
     estimate = bicubic
-    if config["upsampler_layers"]:
+    if hyperparameters["upsampler_layers"]:
         x = bicubic / 127.5 - 1.0
-        for index in range(config["upsampler_layers"] - 1):
+        for index in range(hyperparameters["upsampler_layers"] - 1):
             x = keras.layers.Conv2D(
-                config["upsampler_width"], 5 if index == 0 else 3, padding="same",
+                hyperparameters["upsampler_width"], 5 if index == 0 else 3, padding="same",
                 activation="relu", name=f"upsampler_conv_{index}",
             )(x)
         correction = keras.layers.Conv2D(
@@ -96,31 +98,31 @@ def rounded_estimates(upsampled):
     return keras.ops.cast(keras.ops.clip(keras.ops.round(upsampled), 0, NUM_VALUES - 1), "int32")
 
 
-def upsampled_condition_layers(high_shape, config):
+def upsampled_condition_layers(high_shape, hyperparameters):
     """`(upsampled_embedding, upsampled_conv_0, upsampled_conv_1,
     upsampled_condition)`: the layers of the upsampled image's per-position
     condition, the embedding of each position's rounded estimate plus
     convolutional features of the upsampled image around it (which see the
     estimates ahead of the position as well as behind it)."""
-    hidden_dim = config["hidden_dim"]
-    per_pixel = high_shape[-1] if config["head"] == "categorical" else 1
+    hidden_dim = hyperparameters["hidden_dim"]
+    per_pixel = high_shape[-1] if hyperparameters["head"] == "categorical" else 1
     return (
-        pixel_embedding(high_shape, hidden_dim, config["head"], "upsampled_embedding"),
+        pixel_embedding(high_shape, hidden_dim, hyperparameters["head"], "upsampled_embedding"),
         keras.layers.Conv2D(hidden_dim, 9, padding="same", activation="relu", name="upsampled_conv_0"),
         keras.layers.Conv2D(hidden_dim * per_pixel, 5, padding="same", name="upsampled_conv_1"),
         keras.layers.Add(name="upsampled_condition"),
     )
 
 
-def upsampled_condition(model, upsampled, estimates, high_shape, config):
+def upsampled_condition(model, upsampled, estimates, high_shape, hyperparameters):
     """`[batch, rows, columns, hidden_dim]` per position of the grid (the
     output of the model's `upsampled_condition` layer)."""
-    embedded = embed_pixels(estimates, model.upsampled_embedding, config["head"])
+    embedded = embed_pixels(estimates, model.upsampled_embedding, hyperparameters["head"])
     height, width, channels = high_shape
-    per_pixel = channels if config["head"] == "categorical" else 1
+    per_pixel = channels if hyperparameters["head"] == "categorical" else 1
     x = model.upsampled_conv_0(upsampled / 127.5 - 1.0)
     x = model.upsampled_conv_1(x)
-    features = keras.ops.reshape(x, (-1, height, width * per_pixel, config["hidden_dim"]))
+    features = keras.ops.reshape(x, (-1, height, width * per_pixel, hyperparameters["hidden_dim"]))
     return model.upsampled_condition([embedded, features])
 
 

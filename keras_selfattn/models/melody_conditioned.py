@@ -14,6 +14,7 @@ from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBl
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import check_divisible_width, check_vocabulary_size
 from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
+from keras_selfattn.models.presets import register_presets
 
 MELODY_PAD_ID = 0
 
@@ -150,10 +151,6 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
         self.vocabulary_size = vocabulary_size
         self.max_melody_length = max_melody_length
 
-    @classmethod
-    def built_from_hyperparameters(cls):
-        return True
-
     def _input_bounds(self):
         return {"melody": ("melody event id", self.vocabulary_size), "tokens": ("token id", self.vocabulary_size)}
 
@@ -241,24 +238,11 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
             seed=seed, note_event_ids=note_event_ids,
         )
 
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s signatures: `serving_default` (the forward
-        pass) and `accompany` (`generate` per row, melody in, performance
-        out, with the note rules of `options.note_event_ids`), primer and new
-        tokens up to `options.max_length` (2048 by default)."""
-        from keras_selfattn.export import melody_signatures
-        from keras_selfattn.export.serving_options import forward_endpoint
-        from keras_selfattn.generation.note_rules import NoteRules
-
-        options.refuse_others("melody_music", "note_event_ids")
-        max_length = options.length_for(self, 2048)
-        note_rules = None
-        if options.note_event_ids is not None:
-            note_rules = NoteRules.from_event_ids(options.note_event_ids, self.vocabulary_size)
-        accompany = melody_signatures.accompany_endpoint(self, max_length, note_rules)
-        return [forward_endpoint(self, "logits"), accompany], []
-
-
 def _check_max_melody_length(value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"`max_melody_length` must be an integer >= 1. Received: max_melody_length={value!r}")
+
+
+register_presets(
+    MelodyConditionedMusicTransformer, MELODY_PRESETS, builder="MelodyConditionedMusicTransformer.from_preset"
+)

@@ -18,9 +18,9 @@ from keras_selfattn.models.config import (
     renamed_argument,
     resolve_preset,
 )
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
 from keras_selfattn.ops.segment_memory import memory_mask, next_memory, slide_caches
+from keras_selfattn.models.presets import register_presets
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
 
@@ -336,125 +336,64 @@ class MusicTransformer(SequenceTransformer):
             min_note_steps=min_note_steps,
         )
 
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s signatures: `serving_default` (the forward
-        pass) and `generate` (`generate` per row, with the note rules of
-        `options.note_event_ids` and the minimum note length of
-        `options.min_note_steps`), primer and new tokens up to
-        `options.max_length` (2048 by default)."""
-        from keras_selfattn.export import sequence_signatures
-        from keras_selfattn.export.serving_options import forward_endpoint
-        from keras_selfattn.generation.note_rules import NoteRules
-
-        options.refuse_others("music", "note_event_ids", "min_note_steps")
-        max_length = options.length_for(self, 2048)
-        note_rules = NoteRules.from_options(options.note_event_ids, self.vocabulary_size, options.min_note_steps or 0)
-        generate = sequence_signatures.generate_endpoint(self, max_length, note_rules)
-        return [forward_endpoint(self, "logits"), generate], []
-
-    @classmethod
-    def _has_layout(cls, model):
-        layers = layers_by_name(model)
-        return all(name in layers for name in ("target_embedding", "decoder_block_0", "logits")) and not (
-            "source_embedding" in layers or "pixel_embedding" in layers or len(model.inputs) != 1
-        )
-
-    @classmethod
-    def _saved_arguments(cls, model):
-        layers = layers_by_name(model)
-        embedding = layers["target_embedding"]
-        blocks = numbered_layers(layers, "decoder_block_")
-        attention = blocks[0].self_attention
-        kind = {
-            RelativeMultiHeadAttention: "relative_global",
-            LocalRelativeAttention1D: "relative_local",
-        }.get(type(attention), "absolute")
-        second = blocks[1].self_attention if len(blocks) > 1 else None
-        if isinstance(second, MemoryCompressedAttention):
-            kind = "local_compressed"
-        note_state = layers.get("note_state")
-        note_event_ids = None
-        if note_state is not None:
-            last = note_state.num_pitches - 1
-            note_event_ids = {
-                "note_on": (note_state.note_on_id, note_state.note_on_id + last),
-                "note_off": (note_state.note_off_id, note_state.note_off_id + last),
-            }
-            if note_state.timed:
-                note_event_ids["time_shift"] = (
-                    note_state.time_shift_id, note_state.time_shift_id + note_state.num_time_shifts - 1
-                )
-        defaults = MUSIC_PRESETS["tiny"]
-        return dict(
-            vocabulary_size=embedding.input_dim, num_layers=len(blocks), hidden_dim=embedding.output_dim,
-            num_heads=attention.num_heads, key_dim=attention.key_dim,
-            feedforward_dim=blocks[0].feedforward_dim, dropout=blocks[0].dropout, attention=kind,
-            max_relative_position=getattr(attention, "max_relative_position", defaults["max_relative_position"]),
-            block_length=getattr(attention, "block_length", defaults["block_length"]),
-            timing_signal="target_position" in layers, note_event_ids=note_event_ids,
-            timed_note_state=note_state is not None and note_state.timed,
-            compression_factor=getattr(second, "compression_factor", defaults["compression_factor"]),
-        )
-
-
 def music_transformer(vocabulary_size=None, preset="maestro", note_event_ids=None, **overrides):
     """A `MusicTransformer` of architecture preset `preset` (`"maestro"`,
     Magenta's MAESTRO configuration, `"small"` or `"tiny"`), its
     hyperparameters replaced by `overrides` (the constructor's arguments).
     `vocab_size=` is the old name of `vocabulary_size`."""
     vocabulary_size = renamed_argument(overrides, "vocab_size", "vocabulary_size", vocabulary_size)
-    config = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
-    return MusicTransformer(vocabulary_size=vocabulary_size, note_event_ids=note_event_ids, **config)
+    hyperparameters = resolve_preset("music_transformer", MUSIC_PRESETS, preset, overrides)
+    return MusicTransformer(vocabulary_size=vocabulary_size, note_event_ids=note_event_ids, **hyperparameters)
 
 
-def _check_hyperparameters(config):
-    check_vocabulary_size("vocabulary_size", config["vocabulary_size"])
-    check_choice("attention", config["attention"], ATTENTIONS)
-    check_divisible_width(config["hidden_dim"], config["num_heads"])
-    _check_local_distances(config)
-    _check_compression_factor(config["compression_factor"])
-    _check_memory_length(config)
-    _check_timed_note_state(config)
+def _check_hyperparameters(hyperparameters):
+    check_vocabulary_size("vocabulary_size", hyperparameters["vocabulary_size"])
+    check_choice("attention", hyperparameters["attention"], ATTENTIONS)
+    check_divisible_width(hyperparameters["hidden_dim"], hyperparameters["num_heads"])
+    _check_local_distances(hyperparameters)
+    _check_compression_factor(hyperparameters["compression_factor"])
+    _check_memory_length(hyperparameters)
+    _check_timed_note_state(hyperparameters)
 
 
-def _self_attention(config, index):
+def _self_attention(hyperparameters, index):
     """The self-attention layer of decoder block `index`."""
     common = dict(
-        num_heads=config["num_heads"],
-        key_dim=config["key_dim"],
-        output_shape=config["hidden_dim"],
-        dropout=config["dropout"],
+        num_heads=hyperparameters["num_heads"],
+        key_dim=hyperparameters["key_dim"],
+        output_shape=hyperparameters["hidden_dim"],
+        dropout=hyperparameters["dropout"],
     )
-    if config["attention"] == "absolute":
+    if hyperparameters["attention"] == "absolute":
         return MultiHeadAttention(**common)
-    if config["attention"] == "local_compressed" and index % 2 == 1:
-        return MemoryCompressedAttention(compression_factor=config["compression_factor"], **common)
-    if config["attention"] in ("relative_local", "local_compressed"):
+    if hyperparameters["attention"] == "local_compressed" and index % 2 == 1:
+        return MemoryCompressedAttention(compression_factor=hyperparameters["compression_factor"], **common)
+    if hyperparameters["attention"] in ("relative_local", "local_compressed"):
         return LocalRelativeAttention1D(
-            block_length=config["block_length"],
-            max_relative_position=config["max_relative_position"],
+            block_length=hyperparameters["block_length"],
+            max_relative_position=hyperparameters["max_relative_position"],
             **common,
         )
     return RelativeMultiHeadAttention(
-        max_relative_position=config["max_relative_position"],
+        max_relative_position=hyperparameters["max_relative_position"],
         relative_type="skew",
         causal_table=True,
         **common,
     )
 
 
-def _check_local_distances(config):
+def _check_local_distances(hyperparameters):
     """A local window spans distances `0 .. 2 * block_length - 1`, so a table
     for farther distances would hold rows no query ever reads."""
-    if config["attention"] not in ("relative_local", "local_compressed"):
+    if hyperparameters["attention"] not in ("relative_local", "local_compressed"):
         return
-    limit = 2 * config["block_length"]
-    if config["max_relative_position"] > limit:
+    limit = 2 * hyperparameters["block_length"]
+    if hyperparameters["max_relative_position"] > limit:
         raise ValueError(
-            f"With `attention={config['attention']!r}`, `max_relative_position` must be at "
+            f"With `attention={hyperparameters['attention']!r}`, `max_relative_position` must be at "
             f"most 2 * block_length = {limit}, the farthest distance in a local "
-            f"window. Received: max_relative_position={config['max_relative_position']}, "
-            f"block_length={config['block_length']}"
+            f"window. Received: max_relative_position={hyperparameters['max_relative_position']}, "
+            f"block_length={hyperparameters['block_length']}"
         )
 
 
@@ -467,10 +406,10 @@ def _check_compression_factor(value):
         )
 
 
-def _check_memory_length(config):
+def _check_memory_length(hyperparameters):
     """Segment memory needs relative global attention and no absolute
     position or note state: across segments only relative distances hold."""
-    memory_length, segment_length = config["memory_length"], config["segment_length"]
+    memory_length, segment_length = hyperparameters["memory_length"], hyperparameters["segment_length"]
     if isinstance(memory_length, bool) or not isinstance(memory_length, numbers.Integral) or memory_length < 0:
         raise ValueError(
             "`memory_length` must be an integer >= 0 (0: no segment memory). "
@@ -488,11 +427,11 @@ def _check_memory_length(config):
     if not memory_length:
         return
     conflicts = []
-    if config["attention"] != "relative_global":
-        conflicts.append(f"attention={config['attention']!r} (only 'relative_global' takes memory)")
-    if config["timing_signal"]:
+    if hyperparameters["attention"] != "relative_global":
+        conflicts.append(f"attention={hyperparameters['attention']!r} (only 'relative_global' takes memory)")
+    if hyperparameters["timing_signal"]:
         conflicts.append("timing_signal=True (absolute positions do not carry across segments)")
-    if config["note_event_ids"] is not None:
+    if hyperparameters["note_event_ids"] is not None:
         conflicts.append("note_event_ids (the note state does not carry across segments)")
     if conflicts:
         raise ValueError(
@@ -502,11 +441,16 @@ def _check_memory_length(config):
         )
 
 
-def _check_timed_note_state(config):
-    if config["timed_note_state"] not in (True, False):
-        raise ValueError(f"`timed_note_state` must be True or False. Received: {config['timed_note_state']!r}")
-    if config["timed_note_state"] and config["note_event_ids"] is None:
+def _check_timed_note_state(hyperparameters):
+    if hyperparameters["timed_note_state"] not in (True, False):
+        raise ValueError(
+            f"`timed_note_state` must be True or False. Received: {hyperparameters['timed_note_state']!r}"
+        )
+    if hyperparameters["timed_note_state"] and hyperparameters["note_event_ids"] is None:
         raise ValueError(
             "`timed_note_state=True` needs the note state: pass `note_event_ids` "
             "(keras_selfattn.data.music.event_id_ranges())."
         )
+
+
+register_presets(MusicTransformer, MUSIC_PRESETS, builder="music_transformer")

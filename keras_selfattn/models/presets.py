@@ -77,25 +77,36 @@ TRAINED_PRESETS = {
 }
 
 
-def _architecture_presets():
-    """`(family, builder name, presets dict)` of every family."""
-    from keras_selfattn.models.graph_transformer import GRAPH_PRESETS
-    from keras_selfattn.models.image_transformer import IMAGE_PRESETS
-    from keras_selfattn.models.melody_conditioned import MELODY_PRESETS
-    from keras_selfattn.models.music_transformer import MUSIC_PRESETS
-    from keras_selfattn.models.super_resolution import SUPER_RESOLUTION_PRESETS
-    from keras_selfattn.models.translation import TRANSLATION_PRESETS
-    from keras_selfattn.models.variable_misuse import VARIABLE_MISUSE_PRESETS
+# The order of the families in `list_presets()`.
+FAMILIES = ("music", "melody_music", "translation", "image", "super_resolution", "graph", "variable_misuse")
+# `{family: (builder name, architecture presets)}` and `{family: model
+# class}`, filled by each family's module with `register_presets`.
+_ARCHITECTURES = {}
+_CLASSES = {}
 
-    return [
-        ("music", "music_transformer", MUSIC_PRESETS),
-        ("melody_music", "MelodyConditionedMusicTransformer.from_preset", MELODY_PRESETS),
-        ("translation", "transformer_translation", TRANSLATION_PRESETS),
-        ("image", "image_transformer", IMAGE_PRESETS),
-        ("super_resolution", "image_super_resolution", SUPER_RESOLUTION_PRESETS),
-        ("graph", "graph_transformer", GRAPH_PRESETS),
-        ("variable_misuse", "VariableMisuseModel.from_preset", VARIABLE_MISUSE_PRESETS),
-    ]
+
+def register_presets(model_class, presets, builder):
+    """Registers the architecture presets of `model_class`'s family.
+
+    Args:
+        model_class: a family class (its `family` names it).
+        presets: `{name: hyperparameters}`.
+        builder: what users call to build one, named in `list_presets()`.
+    """
+    if model_class.family not in FAMILIES:
+        raise ValueError(f"Unknown model family {model_class.family!r}; known: {FAMILIES}")
+    _ARCHITECTURES[model_class.family] = (builder, presets)
+    _CLASSES[model_class.family] = model_class
+
+
+def family_class(family):
+    """The model class registered for `family`."""
+    return _CLASSES[family]
+
+
+def _architecture_presets():
+    """`(family, builder name, presets dict)` of every registered family."""
+    return [(family, *_ARCHITECTURES[family]) for family in FAMILIES if family in _ARCHITECTURES]
 
 
 def list_presets():
@@ -143,24 +154,20 @@ def build_preset(model_class, name, load_weights, overrides):
     trained = TRAINED_PRESETS.get(name)
     if trained is not None and trained.family == model_class.family:
         return _trained_model(model_class, trained, load_weights, overrides)
-    builder, architectures = _family_architectures(model_class.family)
+    _, architectures = _family_architectures(model_class.family)
     if name not in architectures:
         raise ValueError(
             f"`preset` must be one of {sorted(model_class.presets)} for {model_class.__name__}. "
             f"Received: preset={name!r}"
         )
-    if model_class.built_from_hyperparameters():
-        valid = set(inspect.signature(model_class).parameters)
-        unknown = sorted(set(overrides) - valid)
-        if unknown:
-            raise ValueError(
-                f"Unknown arguments {unknown} for {model_class.__name__}.from_preset({name!r}); "
-                f"valid ones: the constructor's, {sorted(valid)}"
-            )
-        return model_class(**{**architectures[name], **overrides})
-    from keras_selfattn import models
-
-    return getattr(models, builder)(preset=name, **overrides)
+    valid = (set(inspect.signature(model_class).parameters) - {"kwargs"}) | {"name", "generation_settings"}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise ValueError(
+            f"Unknown arguments {unknown} for {model_class.__name__}.from_preset({name!r}); "
+            f"valid ones: the constructor's, {sorted(valid)}"
+        )
+    return model_class(**{**architectures[name], **overrides})
 
 
 def _trained_model(model_class, preset, load_weights, overrides):
@@ -170,19 +177,17 @@ def _trained_model(model_class, preset, load_weights, overrides):
             f"{changed} would change the architecture of the trained preset {preset.name!r}; "
             "only `dropout` may be set (or pass `load_weights=False`)."
         )
-    model = model_class(**{**preset.hyperparameters, **overrides})
+    model = model_class(**{**preset.hyperparameters, **overrides}, generation_settings=preset.generation)
     if load_weights:
         model.load_weights(verified_weights_path(preset))
-    model.generation_settings = dict(preset.generation)
     return model
 
 
 def _family_architectures(family):
     """`(builder name, architecture presets)` of `family`."""
-    for candidate, builder, architectures in _architecture_presets():
-        if candidate == family:
-            return builder, architectures
-    raise ValueError(f"Unknown model family {family!r}")
+    if family in _ARCHITECTURES:
+        return _ARCHITECTURES[family]
+    raise ValueError(f"The model family {family!r} has no presets")
 
 
 def verified_weights_path(preset):

@@ -16,8 +16,8 @@ from keras_selfattn.models.config import (
     renamed_argument,
     resolve_preset,
 )
-from keras_selfattn.models.decoding import layers_by_name, numbered_layers
 from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
+from keras_selfattn.models.presets import register_presets
 
 POSITIONS = ("sinusoidal", "shaw")
 
@@ -100,7 +100,7 @@ class TranslationTransformer(SequenceTransformer):
         max_relative_position=16,
         **kwargs,
     ):
-        config = dict(
+        hyperparameters = dict(
             source_vocabulary_size=source_vocabulary_size,
             target_vocabulary_size=target_vocabulary_size, num_layers=num_layers,
             hidden_dim=hidden_dim, num_heads=num_heads, feedforward_dim=feedforward_dim,
@@ -108,7 +108,7 @@ class TranslationTransformer(SequenceTransformer):
             tie_output_projection=tie_output_projection, norm_first=norm_first, position=position,
             max_relative_position=max_relative_position,
         )
-        _check_hyperparameters(config)
+        _check_hyperparameters(hyperparameters)
         self.source_embedding = _embedding(source_vocabulary_size, hidden_dim, "source_embedding")
         self.target_embedding = (
             self.source_embedding
@@ -122,13 +122,15 @@ class TranslationTransformer(SequenceTransformer):
         self.note_state = None
         block_kwargs = dict(feedforward_dim=feedforward_dim, dropout=dropout, norm_first=norm_first)
         self.encoder_blocks = [
-            TransformerEncoderBlock(_self_attention(config), name=f"encoder_block_{index}", **block_kwargs)
+            TransformerEncoderBlock(
+                _self_attention(hyperparameters), name=f"encoder_block_{index}", **block_kwargs
+            )
             for index in range(num_layers)
         ]
         self.decoder_blocks = [
             TransformerDecoderBlock(
-                _self_attention(config),
-                cross_attention=_plain_attention(config),
+                _self_attention(hyperparameters),
+                cross_attention=_plain_attention(hyperparameters),
                 name=f"decoder_block_{index}",
                 **block_kwargs,
             )
@@ -154,7 +156,7 @@ class TranslationTransformer(SequenceTransformer):
         )
         kwargs.setdefault("name", "transformer_translation")
         super().__init__(
-            {"source_tokens": source, "target_tokens": target}, logits, hyperparameters=config, **kwargs
+            {"source_tokens": source, "target_tokens": target}, logits, hyperparameters=hyperparameters, **kwargs
         )
         self.source_vocabulary_size = source_vocabulary_size
         self.vocabulary_size = target_vocabulary_size
@@ -188,12 +190,13 @@ class TranslationTransformer(SequenceTransformer):
         )
 
     def generate(
-        self, source_tokens, max_length, *, beam_size=1, alpha=0.6, eos_id=1, temperature=0.0,
-        top_k=0, top_p=1.0, seed=None, return_scores=False,
+        self, source_tokens, max_new_tokens=None, *, beam_size=1, alpha=0.6, eos_id=1, temperature=0.0,
+        top_k=0, top_p=1.0, seed=None, return_scores=False, **deprecated,
     ):
-        """Translates `source_tokens`: greedy, sampled or beam search. The
-        arguments and the result are those of
-        `keras_selfattn.generation.translate_tokens`.
+        """Translates `source_tokens` into at most `max_new_tokens` target
+        tokens: greedy, sampled or beam search. The arguments and the result
+        are those of `keras_selfattn.generation.translate_tokens`
+        (`max_length=` is the old name of `max_new_tokens`).
 
         Example:
 
@@ -205,66 +208,10 @@ class TranslationTransformer(SequenceTransformer):
         from keras_selfattn.generation.sequences import generate_translation
 
         return generate_translation(
-            self, source_tokens, max_length, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
+            self, source_tokens, max_new_tokens, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
+            **deprecated,
         )
-
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s signatures: `serving_default` (the forward
-        pass), and with `options.tokenizer` `translate` (text in, text out,
-        up to `options.max_length` target tokens, 256 by default), which
-        with `options.directions` also takes each row's `direction`."""
-        from keras_selfattn.export import sequence_signatures
-        from keras_selfattn.export.serving_options import (
-            direction_prefixes,
-            forward_endpoint,
-            sentencepiece_tokenizer,
-        )
-
-        options.refuse_others("translation", "tokenizer", "directions")
-        max_length = options.length_for(self, 256)
-        endpoints = [forward_endpoint(self, "logits")]
-        if options.tokenizer is None:
-            if options.directions is not None:
-                raise ValueError("`directions` needs `tokenizer`: they are inputs of the `translate` signature")
-            return endpoints, []
-        # `generate` checks `beam_size` and `alpha` when the signature is traced.
-        sentencepiece, eos_id = sentencepiece_tokenizer(options.tokenizer)
-        directions = None
-        if options.directions is not None:
-            directions = direction_prefixes(options.directions, options.tokenizer)
-        translate = sequence_signatures.translate_endpoint(
-            self, sentencepiece, eos_id, max_length, options.beam_size, options.alpha, directions
-        )
-        # The tokenizer's resource must be tracked by the exported object, or
-        # saving fails on an untracked resource.
-        return endpoints + [translate], [sentencepiece]
-
-    @classmethod
-    def _has_layout(cls, model):
-        layers = layers_by_name(model)
-        needed = ("target_embedding", "decoder_block_0", "logits", "source_embedding", "encoder_block_0")
-        inputs = {tensor.name for tensor in model.inputs}
-        return all(name in layers for name in needed) and inputs == {"source_tokens", "target_tokens"}
-
-    @classmethod
-    def _saved_arguments(cls, model):
-        layers = layers_by_name(model)
-        blocks = numbered_layers(layers, "decoder_block_")
-        attention = blocks[0].self_attention
-        shaw = isinstance(attention, RelativeMultiHeadAttention)
-        return dict(
-            source_vocabulary_size=layers["source_embedding"].input_dim,
-            target_vocabulary_size=layers["target_embedding"].input_dim,
-            num_layers=len(blocks), hidden_dim=layers["source_embedding"].output_dim,
-            num_heads=attention.num_heads, feedforward_dim=blocks[0].feedforward_dim,
-            dropout=blocks[0].dropout,
-            share_embeddings=layers["target_embedding"] is layers["source_embedding"],
-            tie_output_projection=isinstance(layers["logits"], TiedOutputProjection),
-            norm_first=blocks[0].norm_first, position="shaw" if shaw else "sinusoidal",
-            max_relative_position=attention.max_relative_position if shaw else 16,
-        )
-
 
 def transformer_translation(
     source_vocabulary_size=None, target_vocabulary_size=None, preset="base", **overrides
@@ -279,17 +226,17 @@ def transformer_translation(
     target_vocabulary_size = renamed_argument(
         overrides, "target_vocab_size", "target_vocabulary_size", target_vocabulary_size
     )
-    config = resolve_preset("transformer_translation", TRANSLATION_PRESETS, preset, overrides)
-    return TranslationTransformer(source_vocabulary_size, target_vocabulary_size, **config)
+    hyperparameters = resolve_preset("transformer_translation", TRANSLATION_PRESETS, preset, overrides)
+    return TranslationTransformer(source_vocabulary_size, target_vocabulary_size, **hyperparameters)
 
 
-def _check_hyperparameters(config):
-    check_vocabulary_size("source_vocabulary_size", config["source_vocabulary_size"])
-    check_vocabulary_size("target_vocabulary_size", config["target_vocabulary_size"])
-    check_choice("position", config["position"], POSITIONS)
-    check_divisible_width(config["hidden_dim"], config["num_heads"])
-    sizes = config["source_vocabulary_size"], config["target_vocabulary_size"]
-    if config["share_embeddings"] and sizes[0] != sizes[1]:
+def _check_hyperparameters(hyperparameters):
+    check_vocabulary_size("source_vocabulary_size", hyperparameters["source_vocabulary_size"])
+    check_vocabulary_size("target_vocabulary_size", hyperparameters["target_vocabulary_size"])
+    check_choice("position", hyperparameters["position"], POSITIONS)
+    check_divisible_width(hyperparameters["hidden_dim"], hyperparameters["num_heads"])
+    sizes = hyperparameters["source_vocabulary_size"], hyperparameters["target_vocabulary_size"]
+    if hyperparameters["share_embeddings"] and sizes[0] != sizes[1]:
         raise ValueError(
             "`share_embeddings=True` needs `source_vocabulary_size == target_vocabulary_size`. "
             f"Received: {sizes[0]} and {sizes[1]}"
@@ -301,20 +248,23 @@ def _embedding(vocabulary_size, width, name):
     return keras.layers.Embedding(vocabulary_size, width, embeddings_initializer=initializer, name=name)
 
 
-def _plain_attention(config):
-    head_dim = config["hidden_dim"] // config["num_heads"]
-    return MultiHeadAttention(config["num_heads"], head_dim, dropout=config["dropout"])
+def _plain_attention(hyperparameters):
+    key_dim = hyperparameters["hidden_dim"] // hyperparameters["num_heads"]
+    return MultiHeadAttention(hyperparameters["num_heads"], key_dim, dropout=hyperparameters["dropout"])
 
 
-def _self_attention(config):
+def _self_attention(hyperparameters):
     """Self-attention for encoder and decoder alike: the decoder block asks
     for the causal mask when it calls it."""
-    if config["position"] == "sinusoidal":
-        return _plain_attention(config)
+    if hyperparameters["position"] == "sinusoidal":
+        return _plain_attention(hyperparameters)
     return RelativeMultiHeadAttention(
-        config["num_heads"],
-        config["hidden_dim"] // config["num_heads"],
-        max_relative_position=config["max_relative_position"],
+        hyperparameters["num_heads"],
+        hyperparameters["hidden_dim"] // hyperparameters["num_heads"],
+        max_relative_position=hyperparameters["max_relative_position"],
         relative_type="shaw",
-        dropout=config["dropout"],
+        dropout=hyperparameters["dropout"],
     )
+
+
+register_presets(TranslationTransformer, TRANSLATION_PRESETS, builder="transformer_translation")

@@ -5,7 +5,8 @@ import keras
 from keras import ops
 
 from keras_selfattn.models.family_model import FamilyModel
-from keras_selfattn.models.graph_transformer import GraphTransformer, held_encoder
+from keras_selfattn.models.graph_transformer import GraphTransformer
+from keras_selfattn.models.presets import register_presets
 
 VARIABLE_MISUSE_PRESETS = {
     # recipes/variable_misuse.py's default sizes: relation embeddings on keys
@@ -107,39 +108,5 @@ class VariableMisuseModel(FamilyModel):
         probabilities of block `block` (`GraphTransformer.attention_scores`)."""
         return self.encoder.attention_scores(token_ids, relations, block=block)
 
-    def serving_endpoints(self, options):
-        """`export_for_serving`'s `serving_default`: node tokens and relations
-        in, the `bug` and `repair` logits (float32 `[B, N]`) and a per-row
-        `status` out."""
-        from keras_selfattn.export import graph_signatures
 
-        options.refuse_others("variable_misuse")
-        return [graph_signatures.graph_endpoint(self, self.encoder, None)], []
-
-    @classmethod
-    def _has_layout(cls, model):
-        """A plain Functional model as recipes/variable_misuse.py built them:
-        inputs `token_ids` and `relations`, outputs `bug` and `repair`, over
-        a `GraphTransformer`."""
-        try:
-            outputs, inputs = model.output, model.inputs
-        except (AttributeError, ValueError):  # a subclassed model: no symbolic outputs
-            return False
-        return (
-            isinstance(outputs, dict)
-            and set(outputs) == set(POINTERS)
-            and {tensor.name for tensor in inputs} == {"token_ids", "relations"}
-            and held_encoder(model) is not None
-        )
-
-    @classmethod
-    def _saved_arguments(cls, model):
-        """The hyperparameters of a plain model of `_has_layout`: its encoder's."""
-        config = held_encoder(model).get_config()
-        return {name: config[name] for name in VARIABLE_MISUSE_ARGUMENTS}
-
-
-VARIABLE_MISUSE_ARGUMENTS = (
-    "vocabulary_size", "num_relations", "num_layers", "hidden_dim", "num_heads", "feedforward_dim",
-    "dropout", "add_relative_bias", "heads_share_relative_embedding", "check_inputs",
-)
+register_presets(VariableMisuseModel, VARIABLE_MISUSE_PRESETS, builder="VariableMisuseModel.from_preset")

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.backends("tensorflow", reason="SavedModels for TF Servi
 import tensorflow as tf  # noqa: E402
 
 from keras_selfattn.export import export_for_serving  # noqa: E402
+from keras_selfattn.export.family_endpoints import serving_endpoints  # noqa: E402
 from keras_selfattn.export.serving_options import ServingOptions  # noqa: E402
 from keras_selfattn.models import graph_transformer  # noqa: E402
 
@@ -137,7 +138,7 @@ def test_heads_without_a_graph_transformer_and_foreign_arguments_are_refused(tmp
 
 
 def test_a_variable_misuse_model_exports_its_pointers_through_its_own_signatures(tmp_path):
-    """`VariableMisuseModel.serving_endpoints`: `bug` and `repair` logits and
+    """`VariableMisuseModel`'s serving signatures: `bug` and `repair` logits and
     `status`; a bad row spares the others; a plain model saved by an earlier
     recipe exports as the class, with the logits it gave then."""
     import json
@@ -146,7 +147,7 @@ def test_a_variable_misuse_model_exports_its_pointers_through_its_own_signatures
     from keras_selfattn.models import VariableMisuseModel
 
     model = VariableMisuseModel.from_preset("tiny", vocabulary_size=VOCABULARY, num_relations=NUM_RELATIONS)
-    endpoints, resources = model.serving_endpoints(ServingOptions())
+    endpoints, resources = serving_endpoints(model, ServingOptions())
     assert [name for name, _, _ in endpoints] == ["serving_default"] and resources == []
     serve = tf.saved_model.load(export_for_serving(model, tmp_path, name="varmisuse")).signatures["serving_default"]
     inputs = graph_inputs(3, 6)

@@ -35,6 +35,22 @@ def test_a_decoder_with_a_position_table_generates_within_its_length():
         continue_sequence(model, np.ones((1, 9), "int32"), 1)
 
 
+def test_a_cached_step_past_the_position_table_is_named_eagerly_and_in_a_graph():
+    model = _positional_decoder()
+    cache = model.initial_cache(1, 12)
+    message = r"Every position \(`cache_update_index` \+ row index\) in `inputs` must lie in \[0, 7\]"
+    with pytest.raises(ValueError, match=message):
+        model.call_with_cache(np.ones((1, 2), "int32"), cache, 7)
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+
+    step = tf.function(lambda tokens, index: model.call_with_cache(tokens, cache, index)[0], autograph=False)
+    assert step(np.ones((1, 1), "int32"), tf.constant(7)).shape == (1, 1, 10)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        step(np.ones((1, 2), "int32"), tf.constant(7))
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -70,8 +86,22 @@ def test_sequence_lengths():
         continue_sequence(model, np.zeros((1, 0), "int32"), 2)
     with pytest.raises(ValueError, match=r"`primer` must be integer tokens"):
         continue_sequence(model, np.array([1, 2]), 2)
-    with pytest.raises(ValueError, match=r"`max_length` must be an integer >= 1.*max_length=0"):
-        translate_tokens(translation_model("sinusoidal"), SOURCE, 0)
+    translation = translation_model("sinusoidal")
+    with pytest.raises(ValueError, match=r"`max_new_tokens` must be an integer >= 1.*max_new_tokens=0"):
+        translate_tokens(translation, SOURCE, 0)
+    with pytest.raises(TypeError, match=r"Missing the argument `max_new_tokens`"):
+        translation.generate(SOURCE)
+
+
+def test_max_length_is_the_deprecated_name_of_max_new_tokens():
+    model = translation_model("sinusoidal")
+    expected = translate_tokens(model, SOURCE, 3)
+    with pytest.warns(DeprecationWarning, match=r"`max_length` is deprecated; pass `max_new_tokens`"):
+        np.testing.assert_array_equal(translate_tokens(model, SOURCE, max_length=3), expected)
+    with pytest.warns(DeprecationWarning, match=r"`max_length` is deprecated"):
+        np.testing.assert_array_equal(model.generate(SOURCE, max_length=3), expected)
+    with pytest.raises(ValueError, match=r"Pass `max_new_tokens` only"):
+        translate_tokens(model, SOURCE, 3, max_length=3)
 
 
 def test_translation_settings():
@@ -90,21 +120,22 @@ def test_translation_settings():
 @pytest.mark.parametrize(
     "call, supported",
     [
-        (lambda m: continue_sequence(m, PRIMER, 2), "music_transformer"),
-        (lambda m: translate_tokens(m, SOURCE, 2), "transformer_translation"),
-        (lambda m: sample_images(m, 1), "image_transformer or image_super_resolution"),
+        (lambda m: continue_sequence(m, PRIMER, 2), "MusicTransformer"),
+        (lambda m: translate_tokens(m, SOURCE, 2), "TranslationTransformer"),
+        (lambda m: sample_images(m, 1), "ImageTransformer"),
     ],
     ids=["continue_sequence", "translate_tokens", "sample_images"],
 )
-def test_unsupported_models_name_the_supported_builders(call, supported):
+def test_models_without_the_decoder_contract_are_named(call, supported):
     others = {
-        "music_transformer": translation_model("sinusoidal"),
-        "transformer_translation": music_model("absolute"),
-        "image_transformer or image_super_resolution": music_model("absolute"),
+        "MusicTransformer": (translation_model("sinusoidal"), r"it has \['encode'\]"),
+        "TranslationTransformer": (music_model("absolute"), r"it lacks \['encode'\]"),
+        "ImageTransformer": (music_model("absolute"), r"it lacks \['image_shape'"),
     }
-    with pytest.raises(ValueError, match=rf"`model` must be a Keras model built by {supported}"):
-        call(others[supported])
-    with pytest.raises(ValueError, match=rf"built by {supported}.*Received: model 'dense'"):
+    other, problem = others[supported]
+    with pytest.raises(ValueError, match=rf"`model` must keep the cached-step contract of {supported}.*{problem}"):
+        call(other)
+    with pytest.raises(ValueError, match=rf"contract of {supported}.*Received: model 'dense'"):
         call(keras.layers.Dense(3, name="dense"))
 
 

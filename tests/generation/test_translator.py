@@ -24,7 +24,7 @@ class WordPieces:
 def test_batched_padded_translations_equal_each_sentence_alone():
     model = transformer_translation(13, 13, preset="tiny", num_layers=1)
     sentences = ["a bb ccc", "dddd", "e f g h i j k l m", "nn oo", "p"]
-    translator = Translator(model, WordPieces(), max_length=6, batch_size=2, length_step=4)
+    translator = Translator(model, WordPieces(), max_new_tokens=6, batch_size=2, length_step=4)
     texts, tokens = translator.translate(sentences)
     assert len(texts) == len(tokens) == len(sentences)
     for sentence, text, ids in zip(sentences, texts, tokens):

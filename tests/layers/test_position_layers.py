@@ -67,6 +67,22 @@ class TestBadInput:
         with pytest.raises(ValueError, match="`sequence_length`=4"):
             PositionEmbedding(sequence_length=4)(X)
 
+    def test_positions_past_the_table_are_named_eagerly_and_in_a_graph(self):
+        layer = PositionEmbedding(sequence_length=8)
+        layer(X)
+        message = r"Every position \(`cache_update_index` \+ row index\) in `inputs` must lie in \[0, 7\]"
+        with pytest.raises(ValueError, match=message + r".*from 7 to 8"):
+            layer(X[:, :2], cache_update_index=7)
+        assert layer(X[:, :1], cache_update_index=7).shape == (2, 1, 10)
+        if keras.backend.backend() != "tensorflow":
+            return
+        import tensorflow as tf
+
+        step = tf.function(lambda x, index: layer(x, cache_update_index=index), autograph=False)
+        assert step(X[:, :1], tf.constant(7)).shape == (2, 1, 10)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            step(X[:, :2], tf.constant(7))
+
     def test_wrong_rank(self):
         with pytest.raises(ValueError, match="`inputs` must have shape"):
             SinusoidalPositionEncoding()(np.zeros((2, 3), "float32"))

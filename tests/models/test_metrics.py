@@ -166,7 +166,7 @@ def test_compiled_token_model_saves_and_loads_without_custom_objects(tmp_path):
     assert restored.loss.label_smoothing == 0.1
     schedule = restored.optimizer._learning_rate
     assert isinstance(schedule, RsqrtWarmupSchedule)
-    assert schedule.get_config() == {"d_model": 8, "warmup_steps": 10, "scale": 1.0}
+    assert schedule.get_config() == {"hidden_dim": 8, "warmup_steps": 10, "scale": 1.0}
 
 
 def test_compiled_dmol_model_saves_and_loads_without_custom_objects(tmp_path):

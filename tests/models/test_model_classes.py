@@ -69,9 +69,34 @@ def test_a_plain_functional_model_of_an_earlier_version_still_loads_and_generate
     plain.save(path)
     restored = keras.models.load_model(path)
     assert type(restored) is not model_class and isinstance(restored, keras.Model)
-    viewed = (ImageTransformer if model_class is SuperResolutionTransformer else model_class).from_model(restored)
+    viewed = model_class.from_model(restored)
     assert type(viewed) is model_class
-    np.testing.assert_array_equal(_generate(family, restored), _generate(family, model))
+    if model_class is SuperResolutionTransformer:
+        assert type(ImageTransformer.from_model(restored)) is SuperResolutionTransformer
+    np.testing.assert_array_equal(_generate(family, viewed), _generate(family, model))
+    with pytest.raises(ValueError, match=r"becomes one with `\w+\.from_model\(model\)`"):
+        _generate(family, restored)
+
+
+@pytest.mark.parametrize("family", sorted(_builders()))
+def test_construction_runs_every_init_of_the_class_hierarchy(family, monkeypatch):
+    """Each `__init__` the package defines in the class's hierarchy runs
+    once (none skipped by calling a grandparent's directly)."""
+    build, model_class = _builders()[family]
+    ours = [k for k in model_class.__mro__ if k.__module__.startswith("keras_selfattn") and "__init__" in vars(k)]
+    calls = []
+    for klass in ours:
+        monkeypatch.setattr(klass, "__init__", _recorded(klass.__init__, klass.__name__, calls))
+    build()
+    assert sorted(calls) == sorted(klass.__name__ for klass in ours)
+
+
+def _recorded(init, name, calls):
+    def recording(self, *args, **kwargs):
+        calls.append(name)
+        return init(self, *args, **kwargs)
+
+    return recording
 
 
 def test_from_model_names_the_expected_family():

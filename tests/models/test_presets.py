@@ -48,6 +48,20 @@ def test_from_preset_loads_the_weights_it_checked():
     assert model.has_note_state
 
 
+def test_the_decoding_settings_are_a_hyperparameter_saved_with_the_model(tmp_path):
+    model = MusicTransformer.from_preset("maestro_small", load_weights=False)
+    assert model.get_config()["generation_settings"] == SHIPPED.generation
+    path = str(tmp_path / "shipped.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert restored.generation_settings["min_note_steps"] == SHIPPED.generation["min_note_steps"]
+    assert restored.generation_settings["temperature"] == SHIPPED.generation["temperature"]
+    untrained = MusicTransformer.from_preset("tiny", vocabulary_size=12)
+    assert untrained.generation_settings == {} and "generation_settings" not in untrained.get_config()
+    with pytest.raises(ValueError, match=r"`generation_settings` must be a dict"):
+        MusicTransformer.from_preset("tiny", vocabulary_size=12, generation_settings=[0.9])
+
+
 def test_a_damaged_weights_file_is_refused(tmp_path, monkeypatch):
     damaged = tmp_path / SHIPPED.weights_file
     shutil.copy(SHIPPED.weights_path, damaged)

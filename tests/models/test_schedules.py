@@ -1,6 +1,5 @@
 """The rsqrt warmup schedule against the paper's formula, inside real optimizers."""
 
-import math
 
 import keras
 import numpy as np
@@ -51,11 +50,11 @@ def test_peak_is_at_the_end_of_warmup():
 @pytest.mark.parametrize(
     "kwargs,argument",
     [
-        ({"d_model": 0}, "d_model"),
-        ({"d_model": 512, "warmup_steps": 0}, "warmup_steps"),
-        ({"d_model": 512, "warmup_steps": 0.5}, "warmup_steps"),
-        ({"d_model": 512, "scale": 0.0}, "scale"),
-        ({"d_model": "512"}, "d_model"),
+        ({"hidden_dim": 0}, "hidden_dim"),
+        ({"hidden_dim": 512, "warmup_steps": 0}, "warmup_steps"),
+        ({"hidden_dim": 512, "warmup_steps": 0.5}, "warmup_steps"),
+        ({"hidden_dim": 512, "scale": 0.0}, "scale"),
+        ({"hidden_dim": "512"}, "hidden_dim"),
     ],
 )
 def test_bad_arguments_raise(kwargs, argument):
@@ -66,11 +65,19 @@ def test_bad_arguments_raise(kwargs, argument):
 def test_config_round_trip():
     schedule = RsqrtWarmupSchedule(256, warmup_steps=123, scale=3.0)
     config = schedule.get_config()
-    assert config == {"d_model": 256, "warmup_steps": 123, "scale": 3.0}
+    assert config == {"hidden_dim": 256, "warmup_steps": 123, "scale": 3.0}
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
     assert isinstance(restored, RsqrtWarmupSchedule)
     assert restored.get_config() == config
     np.testing.assert_allclose(float(restored(500)), float(schedule(500)))
+
+
+def test_a_config_saved_with_d_model_loads_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match=r"`d_model` is deprecated; pass `hidden_dim`"):
+        restored = RsqrtWarmupSchedule.from_config({"d_model": 256, "warmup_steps": 123, "scale": 3.0})
+    assert restored.hidden_dim == 256
+    with pytest.raises(TypeError, match=r"Missing the argument `hidden_dim`"):
+        RsqrtWarmupSchedule(warmup_steps=10)
 
 
 def _one_step(optimizer, initial, gradient):
