@@ -2,10 +2,11 @@
 
 import keras
 import numpy as np
-from keras import backend, ops
+from keras import ops
 
 from keras_selfattn.compat import MultiHeadAttentionInternals, get_keras_mask, set_keras_mask
 from keras_selfattn.layers.attention_call import AttentionCall
+from keras_selfattn.layers.attention_input_checks import AttentionInputChecks
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.masks import (
@@ -14,10 +15,13 @@ from keras_selfattn.ops.masks import (
     merge_masks,
     padding_attention_mask,
 )
+from keras_selfattn.ops.segment_memory import with_memory_columns
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAttention):
+class MultiHeadAttention(
+    AttentionInputChecks, MultiHeadAttentionInternals, keras.layers.MultiHeadAttention
+):
     """Multi-head attention, a drop-in for `keras.layers.MultiHeadAttention`.
 
     Same constructor, weights (sublayers `query`, `key`, `value`,
@@ -144,34 +148,14 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         for name, value in (("batch_size", batch_size), ("max_length", max_length)):
             if isinstance(value, bool) or (isinstance(value, (int, np.integer)) and value < 1):
                 raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A cache needs `value_dim == key_dim`. Received: "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
+        self._check_cache_dims()
         shape = (batch_size, 2, max_length, self.num_heads, self.key_dim)
         return ops.zeros(shape, dtype=self.compute_dtype)
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
         key_shape = value_shape if key_shape is None else key_shape
-        if tuple(value_shape)[1:-1] != tuple(key_shape)[1:-1]:
-            raise ValueError(
-                "All dimensions of `value` and `key`, except the last one, must be "
-                f"equal. Received: value.shape={tuple(value_shape)}, "
-                f"key.shape={tuple(key_shape)}"
-            )
-        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            if len(shape) < 3:
-                raise ValueError(
-                    f"`{name}` must have rank 3 or more, `[batch, ..., features]`. "
-                    f"Received: {name}.shape={tuple(shape)}"
-                )
-            if shape[-1] is None:
-                raise ValueError(
-                    f"The last dimension of `{name}` must be defined. "
-                    f"Received: {name}.shape={tuple(shape)}"
-                )
+        self._check_build_shapes(query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
 
     def call(
@@ -234,20 +218,9 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         """The layer's computation for one `AttentionCall`; the layers that
         attend another way (blocks, windows) override it."""
         use_causal_mask = self._resolve_use_causal_mask(call.use_causal_mask)
-        self._check_scores_and_cache_index(call)
         key, cache = call.key, call.cache
         query, value, query_mask, value_mask = self._call_inputs(call)
-        self._check_inputs(
-            query, value, value if key is None else key, call.attention_mask, call.attention_bias
-        )
-        if cache is not None or call.attention_bias is not None:
-            self._check_sequence_attention(query)
-        if use_causal_mask:
-            self._check_causal_axes()
-        if call.memory is not None:
-            self._check_memory(call, query)
-        elif call.memory_mask is not None:
-            raise ValueError("`memory_mask` needs a `memory`. Received a `memory_mask` and memory=None.")
+        self._check_call(call, query, value, use_causal_mask)
         if not self._is_sequence_attention(query):
             # Extra or several attention axes: Keras's own computation.
             return super().call(
@@ -266,7 +239,7 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             keys_and_values = ops.concatenate([memory, value], axis=1)
             projected_key = self.key_dense(keys_and_values)
             projected_value = self.value_dense(keys_and_values)
-            key_mask, attention_mask, attention_bias = _with_memory_columns(
+            key_mask, attention_mask, attention_bias = with_memory_columns(
                 key_mask, attention_mask, attention_bias, memory, query, call.memory_mask
             )
         elif cache is None:
@@ -294,20 +267,6 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         )
         output = self._output(output, gate, query_mask)
         return attention_results(output, scores if call.return_attention_scores else None, cache)
-
-    def _check_scores_and_cache_index(self, call):
-        """`ValueError` for scores asked of flash attention and for a
-        `cache_update_index` without a `cache`."""
-        if self.flash_attention and call.return_attention_scores:
-            raise ValueError(
-                "Returning attention scores is not supported when flash attention is "
-                "enabled. Please disable flash attention to access attention scores."
-            )
-        if call.cache is None and call.cache_update_index is not None:
-            raise ValueError(
-                "`cache_update_index` needs a `cache`. Received: "
-                f"cache_update_index={call.cache_update_index!r} and cache=None"
-            )
 
     def _resolve_use_causal_mask(self, use_causal_mask):
         """The call's `use_causal_mask` as a bool (`None`: False), the one
@@ -413,9 +372,6 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
             return None
         return lambda scores: self.dropout_layer(scores, training=training)
 
-    def _is_sequence_attention(self, query):
-        return len(query.shape) == 3 and tuple(self.attention_axes) == (1,)
-
     def _key_and_key_mask(self, query, value, key, value_mask, key_mask):
         """`key` (defaulting to `value`) and the padding mask of the keys.
 
@@ -486,143 +442,6 @@ class MultiHeadAttention(MultiHeadAttentionInternals, keras.layers.MultiHeadAtte
         projected_key, projected_value = read_cache(cache)
         return projected_key, projected_value, cache
 
-    def _check_inputs(self, query, value, key, attention_mask=None, attention_bias=None):
-        """Feature sizes, batch sizes and the shapes of the mask and bias."""
-        self._check_features(query=query, value=value, key=key)
-        for name, tensor in (("value", value), ("key", key)):
-            if None not in (query.shape[0], tensor.shape[0]) and tensor.shape[0] != query.shape[0]:
-                raise ValueError(
-                    f"`{name}` must have the batch size of `query` ({query.shape[0]}). "
-                    f"Received: {name}.shape={tuple(tensor.shape)}"
-                )
-        if not self._is_sequence_attention(query):
-            return
-        self._check_mask_and_bias(query, key.shape[1], attention_mask, attention_bias)
-
-    def _check_mask_and_bias(self, query, num_keys, attention_mask, attention_bias):
-        """`attention_mask` and `attention_bias` broadcast to the logits
-        `[batch, heads, query, num_keys]` (`num_keys` None when unknown)."""
-        logits_shape = (query.shape[0], self.num_heads, query.shape[1], num_keys)
-        if attention_mask is not None:
-            _check_mask_broadcastable(attention_mask.shape, logits_shape)
-        if attention_bias is not None:
-            _check_broadcastable("attention_bias", attention_bias.shape, logits_shape, (1, 2, 3, 4))
-
-    def _check_features(self, **inputs):
-        dense_layers = {
-            "query": self.query_dense,
-            "value": self.value_dense,
-            "key": self.key_dense,
-        }
-        for name, tensor in inputs.items():
-            expected = dense_layers[name].kernel.shape[0]
-            if len(tensor.shape) < 3 or tensor.shape[-1] != expected:
-                raise ValueError(
-                    f"`{name}` must have shape `[batch, ..., {expected}]`, with the "
-                    f"{expected} features the layer was built with. "
-                    f"Received: {name}.shape={tuple(tensor.shape)}"
-                )
-
-    def _check_sequence_attention(self, query):
-        if not self._is_sequence_attention(query):
-            raise ValueError(
-                "`cache` and `attention_bias` need sequence inputs "
-                "`[batch, length, features]` with the default `attention_axes`. "
-                f"Received: query.shape={tuple(query.shape)}, "
-                f"attention_axes={self.attention_axes}"
-            )
-
-    def _check_causal_axes(self):
-        if len(self.attention_axes) != 1:
-            raise ValueError(
-                "`use_causal_mask` needs a single attention axis. Received: "
-                f"attention_axes={self.attention_axes}"
-            )
-
-    def _check_memory(self, call, query):
-        """`memory` `[batch, memory_length, features]` beside self-attention
-        inputs: no separate `value`/`key`, no cache, sequence attention."""
-        separate = [
-            name for name, tensor in (("value", call.value), ("key", call.key))
-            if tensor is not None and tensor is not call.query
-        ]
-        if separate:
-            raise ValueError(
-                "`memory` is for self-attention (query = value = key): it holds "
-                "the previous segment's inputs, used as extra keys and values. "
-                f"Received `memory` with a separate {' and '.join(f'`{n}`' for n in separate)}."
-            )
-        if call.cache is not None or call.cache_update_index is not None:
-            raise ValueError(
-                "`memory` cannot be combined with a `cache` or `cache_update_index`: "
-                "pass `memory` for a full pass over a segment. Received `memory` "
-                "and a cache."
-            )
-        if not self._is_sequence_attention(query):
-            raise ValueError(
-                "`memory` needs sequence inputs `[batch, length, features]` with the "
-                f"default `attention_axes`. Received: query.shape={tuple(query.shape)}, "
-                f"attention_axes={self.attention_axes}"
-            )
-        memory_shape, features = tuple(call.memory.shape), query.shape[-1]
-        batch = query.shape[0]
-        if (
-            len(memory_shape) != 3
-            or memory_shape[-1] != features
-            or None not in (batch, memory_shape[0]) and memory_shape[0] != batch
-        ):
-            raise ValueError(
-                f"`memory` must have shape `[batch, memory_length, {features}]` with "
-                f"the batch size and features of `query` (shape {tuple(query.shape)}). "
-                f"Received: memory.shape={memory_shape}"
-            )
-        if call.memory_mask is not None and tuple(call.memory_mask.shape) not in (
-            memory_shape[:2], (None,) + memory_shape[1:2]
-        ):
-            raise ValueError(
-                f"`memory_mask` must have shape `[batch, memory_length]` = {memory_shape[:2]}. "
-                f"Received: memory_mask.shape={tuple(call.memory_mask.shape)}"
-            )
-
-    def _check_cache(self, cache, query, cache_update_index):
-        """The cache's shape and dtype, and that the new positions fit.
-
-        An index known without running a graph is checked here, on every
-        backend. A traced index (inside `tf.function`, `jax.jit`) cannot be:
-        TensorFlow then fails at run time and JAX clamps the write into the
-        cache, so keep traced indices in `[0, max_length - query_length]`.
-        """
-        if self.value_dim != self.key_dim:
-            raise ValueError(
-                "A cache needs `value_dim == key_dim`. Received: "
-                f"key_dim={self.key_dim}, value_dim={self.value_dim}"
-            )
-        shape = tuple(cache.shape)
-        expected = (query.shape[0], 2, None, self.num_heads, self.key_dim)
-        if len(shape) != 5 or any(
-            want is not None and got is not None and got != want
-            for got, want in zip(shape, expected)
-        ):
-            raise ValueError(
-                "`cache` must have shape `[batch, 2, max_length, num_heads, "
-                f"key_dim]` = {expected}. Received: cache.shape={shape}"
-            )
-        if backend.standardize_dtype(cache.dtype) != self.compute_dtype:
-            raise ValueError(
-                f"`cache` must have the layer's compute dtype {self.compute_dtype}. "
-                f"Received: cache.dtype={backend.standardize_dtype(cache.dtype)}"
-            )
-        index = _static_int(cache_update_index)
-        max_length, length = shape[2], query.shape[1]
-        if index is None or max_length is None or length is None:
-            return
-        if index < 0 or index + length > max_length:
-            raise ValueError(
-                f"`cache_update_index` must lie in [0, {max_length - length}] so "
-                f"that {length} new positions fit a cache of max_length "
-                f"{max_length}. Received: cache_update_index={index}"
-            )
-
     def compute_output_spec(self, *args, **kwargs):
         call = AttentionCall(*args, **kwargs)
         query, key, cache = call.query, call.key, call.cache
@@ -653,77 +472,8 @@ def query_position(call):
     return 0
 
 
-def _with_memory_columns(key_mask, attention_mask, attention_bias, memory, query, memory_mask=None):
-    """`(key_mask, attention_mask, attention_bias)` over the segment's keys,
-    extended over the memory's keys in front: visible where `memory_mask`
-    (`None`: all), no bias."""
-    memory_length, segment_length = ops.shape(memory)[1], ops.shape(query)[1]
-    if memory_mask is not None and key_mask is None:
-        key_mask = ops.ones_like(query[..., 0], dtype="bool")
-    if key_mask is not None:
-        if memory_mask is None:
-            memory_mask = ops.ones_like(memory[..., 0], dtype="bool")
-        key_mask = ops.concatenate([ops.cast(memory_mask, "bool"), ops.cast(key_mask, "bool")], axis=-1)
-    if attention_mask is not None:
-        attention_mask = _prepend_key_columns(
-            ops.cast(attention_mask, "bool"), memory_length, segment_length, True
-        )
-    if attention_bias is not None:
-        attention_bias = _prepend_key_columns(attention_bias, memory_length, segment_length, 0)
-    return key_mask, attention_mask, attention_bias
-
-
-def _prepend_key_columns(x, count, key_length, fill):
-    """`x [..., key_length]` (or a broadcast key axis of 1) with `count`
-    columns of `fill` in front."""
-    if x.shape[-1] == 1:
-        x = ops.repeat(x, key_length, axis=-1)
-    front = ops.repeat(ops.full_like(x[..., :1], fill), count, axis=-1)
-    return ops.concatenate([front, x], axis=-1)
-
-
 def attention_results(output, scores, cache):
     """`output`, then the scores and the cache where present: what an
     attention layer's call returns."""
     results = (output,) + tuple(x for x in (scores, cache) if x is not None)
     return results[0] if len(results) == 1 else results
-
-
-def _check_mask_broadcastable(shape, target):
-    """`ValueError` unless an `attention_mask` of `shape` broadcasts to
-    `target` `[batch, heads, query, key]` the way Keras reads it: rank 2 is
-    `[query, key]`, rank 3 `[batch, query, key]` (the head axis inserted)."""
-    shape = tuple(shape)
-    with_heads = {2: (1, 1) + shape, 3: shape[:1] + (1,) + shape[1:]}.get(len(shape), shape)
-    _check_broadcastable(
-        "attention_mask", with_heads, target, (4,), received=shape,
-        layouts="`[query, key]`, `[batch, query, key]` or `[batch, heads, query, key]`",
-    )
-
-
-def _check_broadcastable(name, shape, target, ranks, received=None, layouts=None):
-    """`ValueError` unless a tensor of `shape` broadcasts to `target`
-    `[batch, heads, query, key]` (sizes not known yet pass); `received` is
-    the shape as the caller passed it, `layouts` the forms it may take."""
-    aligned = tuple(shape)
-    fits = len(aligned) in ranks and all(
-        size in (None, 1) or want is None or size == want
-        for size, want in zip(reversed(aligned), reversed(target))
-    )
-    if not fits:
-        layouts = layouts or f"rank {' or '.join(map(str, ranks))}"
-        received = aligned if received is None else received
-        raise ValueError(
-            f"`{name}` must broadcast to `[batch, heads, query, key]` = {target} "
-            f"({layouts}). Received: {name}.shape={received}"
-        )
-
-
-def _static_int(value):
-    """`value` as a Python int when it is known without running a graph."""
-    if value is None or isinstance(value, (int, np.integer)):
-        return value
-    try:
-        return int(ops.convert_to_numpy(value))
-    except Exception:  # A symbolic or traced value: checked at run time only.
-        return None

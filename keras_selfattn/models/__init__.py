@@ -18,6 +18,7 @@ from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoo
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, MusicTransformer, music_transformer
 from keras_selfattn.models.presets import TRAINED_PRESETS, list_presets
 from keras_selfattn.models.schedules import RsqrtWarmupSchedule
+from keras_selfattn.models.segment_memory_evaluation import segment_memory_nll_per_event
 from keras_selfattn.models.segment_memory_trainer import SegmentMemoryTrainer
 from keras_selfattn.models.super_resolution import (
     SUPER_RESOLUTION_PRESETS,

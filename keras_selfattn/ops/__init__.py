@@ -102,6 +102,7 @@ from keras_selfattn.ops.relative_2d import (
     clipped_offset_rows,
     relative_logits_2d,
 )
+from keras_selfattn.ops.segment_memory import prepend_key_columns, with_memory_columns
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
 from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
 from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd
