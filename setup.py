@@ -3,6 +3,21 @@
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+# The trained weights' folder: each file's licence (LICENSE.md) and, copied in
+# at build time, each trained preset's model card from docs/models/.
+WEIGHTS = "keras_selfattn/models/weights"
+
+
+class BuildWithModelCards(build_py):
+    """Copies the model cards (`docs/models/*.md`) beside the weights they
+    describe, so that the wheel carries them with the weights' licence."""
+
+    def run(self):
+        super().run()
+        for card in sorted(Path(__file__).with_name("docs").joinpath("models").glob("*.md")):
+            self.copy_file(str(card), str(Path(self.build_lib, WEIGHTS, card.name)))
 
 # `keras_selfattn.generation`'s beam search (`beam_size` > 1).
 BEAM = ["tf-models-official==2.20.*"]
@@ -43,14 +58,18 @@ setup(
     ),
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    license="Apache-2.0",
+    # The code; the trained weights are CC BY-NC-SA 4.0, as the data they were
+    # trained on (keras_selfattn/models/weights/LICENSE.md, in the wheel beside them).
+    license="Apache-2.0 (code); CC-BY-NC-SA-4.0 (trained weights in keras_selfattn/models/weights)",
+    license_files=["LICENSE", f"{WEIGHTS}/LICENSE.md"],
     # The programs people run, `python recipes/music.py` or `python -m recipes.music`
     # (`serving/client.py` likewise), import `recipes` and `serving` as installed packages.
     packages=find_packages(
         include=["keras_selfattn", "keras_selfattn.*", "recipes", "recipes.*", "serving", "serving.*"]
     ),
-    # The trained presets' weights (keras_selfattn.models.presets).
-    package_data={"keras_selfattn.models": ["weights/*.weights.h5"]},
+    # The trained presets' weights (keras_selfattn.models.presets) and their licence.
+    package_data={"keras_selfattn.models": ["weights/*.weights.h5", "weights/LICENSE.md"]},
+    cmdclass={"build_py": BuildWithModelCards},
     python_requires=">=3.10",
     install_requires=["tensorflow==2.20.*", "keras>=3.15,<4"],
     extras_require={

@@ -37,7 +37,10 @@ class TrainedPreset:
         hyperparameters: the model class's constructor arguments.
         weights_file: file name under `keras_selfattn/models/weights/`.
         sha256: of the weights file; checked before the weights are loaded.
-        card: the model card, relative to the repository root.
+        card: the model card, relative to the repository root (in the
+            wheel, beside the weights).
+        license: the weights' licence, an SPDX identifier (the code's is
+            Apache-2.0); `weights/LICENSE.md` gives its terms.
         generation: the decoding chosen for it on validation data, as
             `continue_sequence` keyword arguments.
     """
@@ -49,6 +52,7 @@ class TrainedPreset:
     weights_file: str
     sha256: str
     card: str
+    license: str
     generation: dict = field(default_factory=dict)
 
     @property
@@ -72,6 +76,7 @@ TRAINED_PRESETS = {
         weights_file="maestro_small.weights.h5",
         sha256="7367cac95ec3df8940945b21ff2d2db4c0f470f4ff6e89ae02b1e48adb0656d3",
         card="docs/models/maestro_small.md",
+        license="CC-BY-NC-SA-4.0",
         generation=dict(temperature=0.95, top_p=1.0, note_event_ids=MAESTRO_EVENT_IDS, min_note_steps=5),
     ),
 }
@@ -116,11 +121,13 @@ def list_presets():
         A list of dicts: `name`, `family`, `weights` (whether trained weights
         ship: load those with `<ModelClass>.from_preset(name)`; the others
         are architectures, built untrained by `from_preset` with the
-        hyperparameters they lack, or the family's builder), `builder` and
-        `description`.
+        hyperparameters they lack, or the family's builder), `builder`,
+        `description` and `license` (the trained weights' licence, `None`
+        for an architecture).
     """
     presets = [
-        _listed(p.name, p.family, True, "from_preset", p.description) for p in TRAINED_PRESETS.values()
+        _listed(p.name, p.family, True, "from_preset", p.description, p.license)
+        for p in TRAINED_PRESETS.values()
     ]
     for family, builder, architectures in _architecture_presets():
         presets += [
@@ -130,8 +137,11 @@ def list_presets():
     return presets
 
 
-def _listed(name, family, weights, builder, description):
-    return {"name": name, "family": family, "weights": weights, "builder": builder, "description": description}
+def _listed(name, family, weights, builder, description, license=None):
+    return {
+        "name": name, "family": family, "weights": weights, "builder": builder, "description": description,
+        "license": license,
+    }
 
 
 def family_presets(family):
