@@ -21,7 +21,7 @@ in the package, and shows relative attention holding past its training length.
 
     python recipes/demo.py --model_dir runs/demo
     python recipes/demo.py --model_dir runs/card --length_study off \\
-        --primers_per_performance 24 --seeds 0 1 2
+        --primers_per_performance 22 --seeds 0 1 2
 """
 
 import argparse

@@ -74,7 +74,9 @@ def build_parser():
         help="performance events per training crop and held-out chunk; the melody of a crop's time "
         "span is cut to as many events (it rarely has a fifth as many)",
     )
-    data.add_argument(
+    harness.add_renamed_flag(
+        data,
+        "--eval_examples",
         "--eval_chunks",
         type=harness.non_negative_int,
         default=0,
@@ -159,13 +161,13 @@ def training_dataset(args, music_data, pieces):
 def held_out_chunks(args, music_data, pieces):
     """`(melodies, chunks)`: the non-overlapping chunks of `--sequence_length
     + 1` events of each held-out performance (`evaluation_chunks`), at most
-    `--eval_chunks` evenly spread, and each chunk's melody."""
+    `--eval_examples` evenly spread, and each chunk's melody."""
     length = args.sequence_length + 1
     places = [
         (index, start) for index, (events, _) in enumerate(pieces) for start in range(0, len(events) - length + 1, length)
     ]
-    if args.eval_chunks and len(places) > args.eval_chunks:
-        places = [places[i] for i in np.linspace(0, len(places) - 1, args.eval_chunks).round().astype(int)]
+    if args.eval_examples and len(places) > args.eval_examples:
+        places = [places[i] for i in np.linspace(0, len(places) - 1, args.eval_examples).round().astype(int)]
     chunks = np.array([pieces[index][0][start : start + length] for index, start in places], "int32")
     melodies = np.array(
         [melody_row(music_data, pieces, index, start, start + length, args.sequence_length) for index, start in places],

@@ -52,7 +52,7 @@ def test_help_explains_every_flag():
         assert action.help, f"{action.option_strings} has no help text"
     text = parser.format_help()
     assert text.startswith("usage:") and "Melody-conditioned Music Transformer against" in text
-    for flag in ("--midi_dir", "--preset", "--sequence_length", "--eval_chunks", "--note_state", "--max_new_tokens"):
+    for flag in ("--midi_dir", "--preset", "--sequence_length", "--eval_examples", "--note_state", "--max_new_tokens"):
         assert flag in text
 
 
