@@ -3,14 +3,9 @@
 import keras
 from keras import ops
 
-from keras_selfattn.layers.argument_checks import (
-    check_input_rank,
-    check_non_negative_int,
-    check_positive_int,
-)
+from keras_selfattn.layers.argument_checks import check_non_negative_int, check_positive_int
 from keras_selfattn.layers.local_attention_base import LocalAttentionBase
 from keras_selfattn.ops.blocking_1d import (
-    block_attention,
     causal_window_mask,
     memory_windows,
     merge_blocks,
@@ -141,16 +136,9 @@ class LocalAttention1D(LocalAttentionBase):
         config.update(block_length=self.block_length, filter_width=self.filter_width)
         return config
 
-    def build(self, query_shape, value_shape=None, key_shape=None):
-        value_shape = query_shape if value_shape is None else value_shape
-        key_shape = value_shape if key_shape is None else key_shape
-        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            check_input_rank(name, shape, 3, "[batch, length, features]")
-        self._build_projections((query_shape, value_shape, key_shape))
-
     def _check_local_inputs(self, query, value, key, cache):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
-            check_input_rank(name, tensor.shape, 3, "[batch, length, features]")
+            self._check_input_rank(name, tensor.shape)
         if cache is None and not value.shape[1] == key.shape[1] == query.shape[1]:
             raise ValueError(
                 "Local self-attention needs `query`, `value` and `key` of one "
@@ -182,25 +170,16 @@ class LocalAttention1D(LocalAttentionBase):
         )
         padded_length = ops.shape(query_blocks)[2] * block_length
 
-        mask = window_validity(length, padded_length, block_length, left, right, key_mask)
-        masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, window]
-        if causal:
-            masks.append(causal_window_mask(block_length, left, right))
-        if query_mask is not None:
-            query_valid = split_blocks(
+        masks = (
+            window_validity(length, padded_length, block_length, left, right, key_mask),
+            causal_window_mask(block_length, left, right) if causal else None,
+            None if query_mask is None else split_blocks(
                 pad_to_blocks(ops.cast(query_mask, "bool"), block_length), block_length
-            )
-            masks.append(ops.expand_dims(query_valid, -1))
-        attended = block_attention(
-            query_blocks,
-            key_windows,
-            value_windows,
-            mask=tuple(masks),
-            scale=self.logit_scale,
-            dropout=self._attention_dropout(training),
-            return_probabilities=return_scores,
+            ),
         )
-        output, scores = attended if return_scores else (attended, None)
+        output, scores = self._blocked_attention(
+            query_blocks, key_windows, value_windows, masks, training, return_scores
+        )
         output = merge_blocks(output, axis=2)[:, :, :length]
         if scores is not None:
             positions = window_positions(ops.shape(query_blocks)[2], block_length, left, right)
@@ -228,13 +207,12 @@ class LocalAttention1D(LocalAttentionBase):
             key_positions[None, :] <= query_positions[:, None],
             key_positions[None, :] >= earliest[:, None],
         )[None]  # [1, steps, window]
-        if query_mask is not None:
-            mask = ops.logical_and(mask, ops.cast(query_mask, "bool")[:, :, None])
         return self._step_attention(
             query,
             keys,
             values,
             mask,
+            query_mask,
             training,
             key_positions=key_positions if return_scores else None,
             num_keys=max_length,

@@ -3,13 +3,9 @@
 import keras
 from keras import ops
 
-from keras_selfattn.layers.argument_checks import (
-    check_input_rank,
-    check_non_negative_int,
-    check_positive_int,
-)
+from keras_selfattn.layers.argument_checks import check_non_negative_int, check_positive_int
 from keras_selfattn.layers.local_attention_base import LocalAttentionBase, renamed_block_shape
-from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
+from keras_selfattn.ops.blocking_1d import scores_over_keys
 from keras_selfattn.ops.blocking_2d import (
     block_raster_index,
     blocks_to_image,
@@ -150,14 +146,17 @@ class LocalAttention2D(LocalAttentionBase):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
+    _input_rank = 4
+    _input_layout = "[batch, height, width, channels]"
+
     def __init__(
         self, num_heads, key_dim, block_shape=None, memory_flange=(0, 0), grid_shape=None, **kwargs
     ):
         block_shape = renamed_block_shape(kwargs, block_shape, type(self).__name__)
-        block_shape = _pair("block_shape", block_shape, check_positive_int)
-        memory_flange = _pair("memory_flange", memory_flange, check_non_negative_int)
+        block_shape = checked_pair("block_shape", block_shape, check_positive_int)
+        memory_flange = checked_pair("memory_flange", memory_flange, check_non_negative_int)
         if grid_shape is not None:
-            grid_shape = _pair("grid_shape", grid_shape, check_positive_int)
+            grid_shape = checked_pair("grid_shape", grid_shape, check_positive_int)
         super().__init__(num_heads, key_dim, **kwargs)
         self.block_shape = block_shape
         self.memory_flange = memory_flange
@@ -185,20 +184,13 @@ class LocalAttention2D(LocalAttentionBase):
         """The old name of `block_shape`, read-only."""
         return self.block_shape
 
-    def build(self, query_shape, value_shape=None, key_shape=None):
-        value_shape = query_shape if value_shape is None else value_shape
-        key_shape = value_shape if key_shape is None else key_shape
-        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            check_input_rank(name, shape, 4, "[batch, height, width, channels]")
-        self._build_projections((query_shape, value_shape, key_shape))
-
     def _to_sequence(self, x):
         """Pixels in raster order, `[batch, height * width, channels]`."""
         return ops.reshape(x, [-1, x.shape[1] * x.shape[2], x.shape[3]])
 
     def _check_local_inputs(self, query, value, key, cache):
         for name, tensor in (("query", query), ("value", value), ("key", key)):
-            check_input_rank(name, tensor.shape, 4, "[batch, height, width, channels]")
+            self._check_input_rank(name, tensor.shape)
             if None in tensor.shape[1:3]:
                 raise ValueError(
                     f"`{name}` needs a known height and width. "
@@ -266,27 +258,18 @@ class LocalAttention2D(LocalAttentionBase):
             _unfold_heads(gather_pixels(self._head_images(x, grid_shape), positions), heads)
             for x in (key, value)
         )
-        mask = pixel_validity(positions, grid_shape, key_mask)
-        masks = [ops.expand_dims(mask, -2)]  # [batch?, blocks, 1, memory]
-        if causal:
-            masks.append(causal_memory_mask_2d(self.block_shape, self.memory_flange))
-        if query_mask is not None:
-            query_valid = image_to_blocks(
+        masks = (
+            pixel_validity(positions, grid_shape, key_mask),
+            causal_memory_mask_2d(self.block_shape, self.memory_flange) if causal else None,
+            None if query_mask is None else image_to_blocks(
                 pad_image_to_blocks(ops.cast(query_mask, "bool"), self.block_shape),
                 self.block_shape,
-            )
-            masks.append(ops.expand_dims(query_valid, -1))
-        attended = block_attention(
-            query_blocks,
-            key_memory,
-            value_memory,
-            mask=tuple(masks),
-            bias=self._block_bias(query_blocks, causal),
-            scale=self.logit_scale,
-            dropout=self._attention_dropout(training),
-            return_probabilities=return_scores,
+            ),
         )
-        output, scores = attended if return_scores else (attended, None)
+        output, scores = self._blocked_attention(
+            query_blocks, key_memory, value_memory, masks, training, return_scores,
+            bias=self._block_bias(query_blocks, causal),
+        )
         output = self._blocks_to_raster(output, grid_shape)
         if scores is not None:
             pixels = grid_shape[0] * grid_shape[1]
@@ -351,8 +334,6 @@ class LocalAttention2D(LocalAttentionBase):
             axis=0,
         )
         mask = ops.logical_and(inside, causal)[None, None, :]  # [1, query, memory]
-        if query_mask is not None:
-            mask = ops.logical_and(mask, ops.reshape(ops.cast(query_mask, "bool"), [-1, 1, 1]))
         bias = self._step_bias(query, cache_update_index % block_size)
         raster_positions = ops.where(inside, rows * width + columns, height * width)
         return self._step_attention(
@@ -360,6 +341,7 @@ class LocalAttention2D(LocalAttentionBase):
             keys,
             values,
             mask,
+            query_mask,
             training,
             bias=bias,
             key_positions=raster_positions if return_scores else None,
@@ -378,10 +360,13 @@ def _unfold_heads(blocks, heads):
     return ops.reshape(blocks, [-1, heads] + list(blocks.shape[1:]))
 
 
-def _pair(name, value, check):
-    """`value` as a tuple of two ints that pass `check`; else a `ValueError`."""
+def checked_pair(name, value, check):
+    """`value` as a `(height, width)` tuple of two ints that pass `check`
+    (`check_positive_int` or `check_non_negative_int`); else a `ValueError`."""
     kind = "positive" if check is check_positive_int else "non-negative"
-    error = ValueError(f"`{name}` must be a pair of {kind} integers. Received: {name}={value!r}")
+    error = ValueError(
+        f"`{name}` must be a pair of {kind} integers (height, width). Received: {name}={value!r}"
+    )
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise error
     try:

@@ -5,7 +5,11 @@ front end, masks, caches and output specs."""
 import keras
 from keras import ops
 
-from keras_selfattn.layers.argument_checks import check_positive_int, renamed_argument
+from keras_selfattn.layers.argument_checks import (
+    check_input_rank,
+    check_positive_int,
+    renamed_argument,
+)
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention, attention_results
 from keras_selfattn.ops.blocking_1d import block_attention, scores_over_keys
@@ -18,13 +22,17 @@ class LocalAttentionBase(MultiHeadAttention):
     Subclasses implement `_full_attention` (blocked, over the whole input) and
     `_cached_attention` (one step against the static cache), both on
     projected `[batch, length, heads, dim]` tensors and both returning
-    `(output, scores or None)`, and `_check_local_inputs` and `_scores_shape`;
-    they get the position grid (`(height, width)` in 2D; the 1D layer needs
+    `(output, scores or None)`, and `_check_local_inputs` and `_scores_shape`,
+    and set `_input_rank` and `_input_layout` (what `build` checks); they get
+    the position grid (`(height, width)` in 2D; the 1D layer needs
     none). Causality is a call argument (`use_causal_mask`); the memory each
     query block reads depends on it.
     """
 
     _forms_own_logits = True
+    # The rank and layout of `query`, `value` and `key`.
+    _input_rank = 3
+    _input_layout = "[batch, length, features]"
 
     def __init__(
         self,
@@ -87,10 +95,18 @@ class LocalAttentionBase(MultiHeadAttention):
             config.pop(fixed, None)
         return config
 
-    def _build_projections(self, feature_shapes):
-        """Builds the sublayers of `MultiHeadAttention` on sequence shapes."""
-        query_shape, value_shape, key_shape = ((None, None, shape[-1]) for shape in feature_shapes)
-        super().build(query_shape, value_shape, key_shape)
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        shapes = (query_shape, value_shape, key_shape)
+        for name, shape in zip(_INPUT_NAMES, shapes):
+            self._check_input_rank(name, shape)
+        # The sublayers of `MultiHeadAttention`, on sequence shapes.
+        super().build(*((None, None, shape[-1]) for shape in shapes))
+
+    def _check_input_rank(self, name, shape):
+        """`ValueError` unless input `name` has the layer's `_input_rank`."""
+        check_input_rank(name, shape, self._input_rank, self._input_layout)
 
     def _resolve_use_causal_mask(self, use_causal_mask):
         if use_causal_mask is None:
@@ -199,20 +215,54 @@ class LocalAttentionBase(MultiHeadAttention):
                 "keys are read from the cache. Generate only real positions."
             )
 
+    def _blocked_attention(
+        self, query_blocks, keys, values, masks, training, return_scores, bias=None
+    ):
+        """`block_attention` of the full pass: `(output, probabilities or
+        None)`, with the layer's logit scale and attention dropout.
+
+        `masks` is `(validity, causal, query_valid)`: the keys' validity
+        `[batch?, blocks, memory]`, the optional causal mask `[block, memory]`
+        and the optional query validity `[batch, blocks, block]`.
+        """
+        validity, causal, query_valid = masks
+        factors = [ops.expand_dims(validity, -2)]  # [batch?, blocks, 1, memory]
+        if causal is not None:
+            factors.append(causal)
+        if query_valid is not None:
+            factors.append(ops.expand_dims(query_valid, -1))
+        attended = block_attention(
+            query_blocks,
+            keys,
+            values,
+            mask=tuple(factors),
+            bias=bias,
+            scale=self.logit_scale,
+            dropout=self._attention_dropout(training),
+            return_probabilities=return_scores,
+        )
+        return attended if return_scores else (attended, None)
+
     def _step_attention(
-        self, query, keys, values, mask, training, bias=None, key_positions=None, num_keys=None
+        self, query, keys, values, mask, query_mask, training, bias=None, key_positions=None,
+        num_keys=None,
     ):
         """A cached step's queries attending to the keys gathered for them.
 
         The step is one query block and the gathered positions its memory:
         `query` `[batch, steps, heads, dim]`, `keys` and `values`
         `[batch, memory, heads, dim]`, `mask` `[batch or 1, steps, memory]`,
-        `bias` optional logits `[batch, heads, steps, memory]`.
+        `query_mask` optional, the step's queries' padding (`[batch, steps]`
+        or any shape holding `steps` entries per example), `bias` optional
+        logits `[batch, heads, steps, memory]`.
 
         Returns `(output, scores)`: the scores `[batch, heads, steps,
         num_keys]` over the keys at `key_positions` `[memory]` when those
         are given, else `None`.
         """
+        if query_mask is not None:
+            query_valid = ops.reshape(ops.cast(query_mask, "bool"), (-1, query.shape[1], 1))
+            mask = ops.logical_and(mask, query_valid)
         query, keys, values = (heads_first(x)[:, :, None] for x in (query, keys, values))
         attended = block_attention(
             query,
@@ -247,6 +297,8 @@ class LocalAttentionBase(MultiHeadAttention):
             cache = keras.KerasTensor(cache.shape, dtype=self.compute_dtype)
         return attention_results(output, scores, cache)
 
+
+_INPUT_NAMES = ("query", "value", "key")
 
 # Why block attention fixes each of these `MultiHeadAttention` arguments.
 _FIXED_ARGUMENTS = {

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_non_negative_int
-from keras_selfattn.layers.local_attention_2d import LocalAttention2D
+from keras_selfattn.layers.local_attention_2d import LocalAttention2D, checked_pair
 from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.relation_tables import heads_first
 from keras_selfattn.ops.relative_2d import (
@@ -124,8 +124,8 @@ class LocalRelativeAttention2D(LocalAttention2D):
             max_relative_position = tuple(
                 size - 1 + flange for size, flange in zip(self.block_shape, self.memory_flange)
             )
-        self.max_relative_position = _non_negative_pair(
-            "max_relative_position", max_relative_position
+        self.max_relative_position = checked_pair(
+            "max_relative_position", max_relative_position, check_non_negative_int
         )
         if not isinstance(heads_share_relative_embedding, bool):
             raise ValueError(
@@ -185,15 +185,3 @@ class LocalRelativeAttention2D(LocalAttention2D):
         )
         return config
 
-
-def _non_negative_pair(name, value):
-    """`value` as a tuple of two non-negative ints; else a `ValueError`."""
-    error = ValueError(
-        f"`{name}` must be a pair of non-negative integers (height, width). Received: {name}={value!r}"
-    )
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise error
-    try:
-        return tuple(check_non_negative_int(name, item) for item in value)
-    except ValueError:
-        raise error from None

@@ -9,6 +9,10 @@ from keras_selfattn.compat import pad
 from keras_selfattn.layers.argument_checks import check_positive_int, checked_in_range
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relation_layer_checks import (
+    check_no_flash_attention,
+    check_sequence_attention,
+)
 from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relation_graphs import (
@@ -23,7 +27,7 @@ from keras_selfattn.ops.relation_graphs import (
     without_unknown_ids,
 )
 from keras_selfattn.ops.relation_tables import dot_table_rows, heads_first, weigh_table_rows
-from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_with_weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,12 +172,7 @@ class RelationalAttention(MultiHeadAttention):
         check_relations=True,
         **kwargs,
     ):
-        if kwargs.get("flash_attention") is not None:
-            raise ValueError(
-                f"`flash_attention` must be None: {type(self).__name__} forms its "
-                "logits itself (content plus relation terms), so no fused kernel "
-                f"applies. Received: flash_attention={kwargs['flash_attention']!r}"
-            )
+        check_no_flash_attention(type(self).__name__, kwargs.get("flash_attention"), "relation")
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         self.num_relations = check_positive_int("num_relations", num_relations)
         options = {
@@ -205,12 +204,7 @@ class RelationalAttention(MultiHeadAttention):
         self.relative_bias = None
 
     def build(self, query_shape, value_shape=None, key_shape=None):
-        if len(query_shape) != 3 or tuple(self.attention_axes or (1,)) != (1,):
-            raise ValueError(
-                "Relational attention needs sequence inputs `[batch, length, "
-                "features]` and `attention_axes=None` or `(1,)`. Received: "
-                f"query.shape={tuple(query_shape)}, attention_axes={self.attention_axes}"
-            )
+        check_sequence_attention("Relational", query_shape, self.attention_axes)
         super().build(query_shape, value_shape, key_shape)
         if self.add_relative_to_keys:
             self.relative_key_embeddings = self._add_table("relative_key_embeddings", self.key_dim)
@@ -285,14 +279,11 @@ class RelationalAttention(MultiHeadAttention):
         if call.use_causal_mask:
             offset = 0 if call.cache_update_index is None else call.cache_update_index
             mask = merge_masks(mask, causal_mask(query_length, key_length, offset)[None, None])
-        dropout = self._attention_dropout(call.training)
-        if self.relative_value_embeddings is None and not call.return_attention_scores:
-            output = softmax_attention(query, key, value, logits, mask, dropout)
-            return heads_first(output), None
-        scores = ops.cast(attention_probabilities(query, key, logits, mask), value.dtype)
-        weights = scores if dropout is None else dropout(scores)
-        output = ops.einsum("...qk,...kd->...qd", weights, value)
-        if self.relative_value_embeddings is not None:
+        output, scores, weights = attention_with_weights(
+            query, key, value, logits, mask, self._attention_dropout(call.training),
+            call.return_attention_scores, self.relative_value_embeddings is not None,
+        )
+        if weights is not None:
             table = self._rows(self.relative_value_embeddings, weights.dtype)
             if dense:
                 by_relation = sum_weights_by_relation(
@@ -301,7 +292,7 @@ class RelationalAttention(MultiHeadAttention):
                 output = output + weigh_table_rows(ops.cast(by_relation, weights.dtype), table)
             else:
                 output = output + edge_value_term(weights, table, relations)
-        return heads_first(output), (scores if call.return_attention_scores else None)
+        return heads_first(output), scores
 
     def _rows(self, table, dtype):
         """A table with its zero row for id 0, in `dtype`."""

@@ -5,6 +5,10 @@ from keras import ops
 
 from keras_selfattn.layers.argument_checks import check_optional_bool, check_positive_int
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
+from keras_selfattn.layers.relation_layer_checks import (
+    check_no_flash_attention,
+    check_sequence_attention,
+)
 from keras_selfattn.layers.relation_table_weights import add_relation_table, initializer_config
 from keras_selfattn.ops.masks import causal_mask, merge_masks
 from keras_selfattn.ops.relative import (
@@ -29,7 +33,7 @@ from keras_selfattn.ops.relation_tables import (
     weigh_table_rows,
 )
 from keras_selfattn.ops.attention import single_query_probabilities, weigh_values_in_place
-from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_with_weights, softmax_attention
 
 RELATIVE_TYPES = ("skew", "shaw")
 
@@ -237,13 +241,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         return m if self.causal_table else 2 * m - 1
 
     def build(self, query_shape, value_shape=None, key_shape=None):
-        if len(query_shape) != 3 or tuple(self.attention_axes or (1,)) != (1,):
-            raise ValueError(
-                "Relative attention needs sequence inputs `[batch, length, "
-                "features]` and `attention_axes=None` or `(1,)`. Received: "
-                f"query.shape={tuple(query_shape)}, "
-                f"attention_axes={self.attention_axes}"
-            )
+        check_sequence_attention("Relative", query_shape, self.attention_axes)
         super().build(query_shape, value_shape, key_shape)
         self.relative_key_embeddings = self._add_table("relative_key_embeddings", self.key_dim)
         if self._has_value_table:
@@ -503,12 +501,9 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         `(output, scores or None, weights or None)`; the weights (dropped out
         probabilities) when a relative value term needs them."""
         dropout = self._attention_dropout(training)
-        if not (need_weights or return_attention_scores):
-            return softmax_attention(query, key, value, bias, mask, dropout), None, None
-        scores = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)
-        weights = scores if dropout is None else dropout(scores)
-        output = ops.einsum("...qk,...kd->...qd", weights, value)
-        return output, (scores if return_attention_scores else None), (weights if need_weights else None)
+        return attention_with_weights(
+            query, key, value, bias, mask, dropout, return_attention_scores, need_weights
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -527,12 +522,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
 
 def _check_constructor_kwargs(layer_name, kwargs):
-    if kwargs.get("flash_attention") is not None:
-        raise ValueError(
-            f"`flash_attention` must be None: {layer_name} computes its logits "
-            "itself (content plus relative terms), so no fused kernel applies. "
-            f"Received: flash_attention={kwargs['flash_attention']!r}"
-        )
+    check_no_flash_attention(layer_name, kwargs.get("flash_attention"), "relative")
     if "causal" in kwargs:
         raise ValueError(
             f"{layer_name} takes no `causal` argument: ask for causality at call "

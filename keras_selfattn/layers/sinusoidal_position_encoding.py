@@ -2,11 +2,12 @@
 
 import keras
 
+from keras_selfattn.layers.sinusoidal_encoding_base import SinusoidalEncodingBase
 from keras_selfattn.ops.timing import timing_signal_1d
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class SinusoidalPositionEncoding(keras.layers.Layer):
+class SinusoidalPositionEncoding(SinusoidalEncodingBase):
     """The Transformer's fixed sinusoidal position encoding (tensor2tensor layout).
 
     Returns the encoding, shaped like the input, for the caller to add.
@@ -44,40 +45,17 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
         - [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     """
 
-    def __init__(self, min_timescale=1.0, max_timescale=1.0e4, **kwargs):
-        super().__init__(**kwargs)
-        if not 0 < min_timescale < max_timescale:
-            raise ValueError(
-                "Expected 0 < `min_timescale` < `max_timescale`. Received: "
-                f"min_timescale={min_timescale}, max_timescale={max_timescale}"
-            )
-        self.min_timescale = min_timescale
-        self.max_timescale = max_timescale
-        self.built = True
-
     def call(self, inputs, cache_update_index=0):
         if len(inputs.shape) != 3:
             raise ValueError(
                 "`inputs` must have shape `[batch, length, channels]`. "
                 f"Received: inputs.shape={tuple(inputs.shape)}"
             )
-        shape = keras.ops.shape(inputs)
         signal = timing_signal_1d(
-            shape[1],
+            keras.ops.shape(inputs)[1],
             inputs.shape[-1],
             cache_update_index=cache_update_index,
             min_timescale=self.min_timescale,
             max_timescale=self.max_timescale,
         )
-        signal = keras.ops.cast(signal, self.compute_dtype)
-        return keras.ops.broadcast_to(signal[None], shape)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {"min_timescale": self.min_timescale, "max_timescale": self.max_timescale}
-        )
-        return config
+        return self._encoding(signal, inputs)

@@ -2,11 +2,12 @@
 
 import keras
 
+from keras_selfattn.layers.sinusoidal_encoding_base import SinusoidalEncodingBase
 from keras_selfattn.ops.timing import timing_signal_nd
 
 
 @keras.saving.register_keras_serializable(package="keras_selfattn")
-class SinusoidalPositionEncodingND(keras.layers.Layer):
+class SinusoidalPositionEncodingND(SinusoidalEncodingBase):
     """Fixed sinusoidal encoding of every coordinate of an N-D grid.
 
     The channels are cut into one equal chunk per position axis; chunk `d`
@@ -39,17 +40,6 @@ class SinusoidalPositionEncodingND(keras.layers.Layer):
         - [Parmar et al., 2018](https://arxiv.org/abs/1802.05751)
     """
 
-    def __init__(self, min_timescale=1.0, max_timescale=1.0e4, **kwargs):
-        super().__init__(**kwargs)
-        if not 0 < min_timescale < max_timescale:
-            raise ValueError(
-                "Expected 0 < `min_timescale` < `max_timescale`. Received: "
-                f"min_timescale={min_timescale}, max_timescale={max_timescale}"
-            )
-        self.min_timescale = min_timescale
-        self.max_timescale = max_timescale
-        self.built = True
-
     def call(self, inputs):
         spatial_shape = tuple(inputs.shape[1:-1])
         if len(spatial_shape) < 1 or None in spatial_shape or inputs.shape[-1] is None:
@@ -69,15 +59,4 @@ class SinusoidalPositionEncodingND(keras.layers.Layer):
             min_timescale=self.min_timescale,
             max_timescale=self.max_timescale,
         )
-        signal = keras.ops.cast(signal, self.compute_dtype)
-        return keras.ops.broadcast_to(signal[None], keras.ops.shape(inputs))
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {"min_timescale": self.min_timescale, "max_timescale": self.max_timescale}
-        )
-        return config
+        return self._encoding(signal, inputs)

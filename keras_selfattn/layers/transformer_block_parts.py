@@ -19,12 +19,21 @@ def check_block_arguments(attention, feedforward_dim, dropout):
         raise ValueError(f"`dropout` must lie in [0, 1). Received: dropout={dropout}")
 
 
-def feedforward_layers(block, inputs_shape, hidden_dim):
-    """The normalisation and `Dense -> Dropout -> Dense` network of `block`."""
+def layer_norm(block, name, inputs_shape):
+    """A built `LayerNormalization` named `name` with `block`'s epsilon and dtype."""
     norm = keras.layers.LayerNormalization(
-        epsilon=block.layer_norm_epsilon, dtype=block.dtype_policy, name="feedforward_norm"
+        epsilon=block.layer_norm_epsilon, dtype=block.dtype_policy, name=name
     )
     norm.build(inputs_shape)
+    return norm
+
+
+def feedforward_layers(block, inputs_shape):
+    """`(residual_dropout, feedforward_norm, feedforward)` of `block`, built:
+    the dropout of every residual branch, and the normalisation and
+    `Dense -> Dropout -> Dense` network of the feed-forward one."""
+    residual_dropout = keras.layers.Dropout(block.dropout, dtype=block.dtype_policy)
+    norm = layer_norm(block, "feedforward_norm", inputs_shape)
     network = keras.Sequential(
         [
             keras.layers.Dense(
@@ -34,12 +43,12 @@ def feedforward_layers(block, inputs_shape, hidden_dim):
                 name="feedforward_intermediate",
             ),
             keras.layers.Dropout(block.dropout, dtype=block.dtype_policy),
-            keras.layers.Dense(hidden_dim, dtype=block.dtype_policy, name="feedforward_output"),
+            keras.layers.Dense(inputs_shape[-1], dtype=block.dtype_policy, name="feedforward_output"),
         ],
         name="feedforward",
     )
     network.build(inputs_shape)
-    return norm, network
+    return residual_dropout, norm, network
 
 
 def residual_connection(x, sublayer, norm, dropout, norm_first, training):

@@ -10,6 +10,7 @@ from keras_selfattn.layers.transformer_block_parts import (
     check_block_arguments,
     deserialize_attention_layers,
     feedforward_layers,
+    layer_norm,
     residual_branches,
 )
 
@@ -104,28 +105,19 @@ class TransformerDecoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, inputs_shape, encoder_outputs_shape=None):
-        hidden_dim = inputs_shape[-1]
-        self._self_attention_norm = self._norm("self_attention_norm", inputs_shape)
+        self._self_attention_norm = layer_norm(self, "self_attention_norm", inputs_shape)
         build_once(self.self_attention, inputs_shape, inputs_shape)
         if self.cross_attention is not None:
             if encoder_outputs_shape is None:
                 raise ValueError(
                     "This block has a cross-attention: pass `encoder_outputs`."
                 )
-            self._cross_attention_norm = self._norm("cross_attention_norm", inputs_shape)
+            self._cross_attention_norm = layer_norm(self, "cross_attention_norm", inputs_shape)
             flat_shape = (inputs_shape[0], None, inputs_shape[-1])
             build_once(self.cross_attention, flat_shape, encoder_outputs_shape)
-        self._residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self._feedforward_norm, self._feedforward = feedforward_layers(
-            self, inputs_shape, hidden_dim
+        self._residual_dropout, self._feedforward_norm, self._feedforward = (
+            feedforward_layers(self, inputs_shape)
         )
-
-    def _norm(self, name, inputs_shape):
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-        norm.build(inputs_shape)
-        return norm
 
     def call(
         self,

@@ -8,6 +8,7 @@ from keras_selfattn.layers.transformer_block_parts import (
     check_block_arguments,
     deserialize_attention_layers,
     feedforward_layers,
+    layer_norm,
     residual_branches,
 )
 
@@ -75,15 +76,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, inputs_shape):
-        hidden_dim = inputs_shape[-1]
-        self._attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="attention_norm"
-        )
-        self._attention_norm.build(inputs_shape)
+        self._attention_norm = layer_norm(self, "attention_norm", inputs_shape)
         build_once(self.self_attention, inputs_shape, inputs_shape)
-        self._residual_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self._feedforward_norm, self._feedforward = feedforward_layers(
-            self, inputs_shape, hidden_dim
+        self._residual_dropout, self._feedforward_norm, self._feedforward = (
+            feedforward_layers(self, inputs_shape)
         )
 
     def call(self, inputs, padding_mask=None, training=None):

@@ -104,5 +104,5 @@ from keras_selfattn.ops.relative_2d import (
 )
 from keras_selfattn.ops.segment_memory import prepend_key_columns, with_memory_columns
 from keras_selfattn.ops.softmax import large_negative, masked_softmax
-from keras_selfattn.ops.softmax_attention import attention_probabilities, softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_probabilities, attention_with_weights, softmax_attention
 from keras_selfattn.ops.timing import timing_signal_1d, timing_signal_nd

@@ -88,6 +88,38 @@ def softmax_attention(
     return attention(*inputs)
 
 
+def attention_with_weights(
+    query, key, value, bias=None, mask=None, dropout=None,
+    return_probabilities=False, return_weights=False,
+):
+    """`softmax_attention` that can also return its probabilities and weights.
+
+    Args:
+        query, key, value, bias, mask, dropout: as for `softmax_attention`.
+        return_probabilities: whether to return the probabilities, before
+            dropout.
+        return_weights: whether to return the weights the values are
+            multiplied by (the probabilities after dropout), for a caller
+            that adds a term of its own weighed by them.
+
+    Returns:
+        `(output, probabilities or None, weights or None)`: the output
+        `[..., queries, value_dim]`, probabilities and weights
+        `[..., queries, keys]`, all in the dtype of `value`. Without either
+        flag the output is `softmax_attention`'s.
+    """
+    if not (return_probabilities or return_weights):
+        return softmax_attention(query, key, value, bias, mask, dropout), None, None
+    probabilities = ops.cast(attention_probabilities(query, key, bias, mask), value.dtype)
+    weights = probabilities if dropout is None else dropout(probabilities)
+    output = _weigh_values(weights, value, None)[0]
+    return (
+        output,
+        probabilities if return_probabilities else None,
+        weights if return_weights else None,
+    )
+
+
 def _weigh_values(weights, value, causal_value_rows):
     """`(output, weights by distance or None)`: the weights times the values
     and, with `causal_value_rows`, times the rows of their distances."""

@@ -7,6 +7,7 @@ from keras_selfattn.layers import PositionEmbedding
 from keras_selfattn.models import MusicTransformer
 from tests.generation.generation_models import (
     IMAGE_SHAPE,
+    LOW_SHAPE,
     image_model,
     music_model,
     super_resolution_model,
@@ -160,3 +161,40 @@ def test_image_inputs():
         sample_images(image_model("global"), known_pixels=np.zeros((1, 4, 4, 1), "uint8"), known_rows=1)
     with pytest.raises(ValueError, match=r"`top_k` and `top_p` filter a categorical head"):
         sample_images(image_model("global", "dmol"), 1, top_k=3)
+
+
+def _out_of_range_inputs():
+    """`(model, inputs, message)` of each family with one integer input past
+    its bound."""
+    tokens = np.array([[3, 4, 20]], "int32")
+    source = np.array([[5, 14, 1]], "int32")
+    pixels = np.full((1,) + IMAGE_SHAPE, 256, "int32")
+    low = np.full((1,) + LOW_SHAPE, 7, "int32")
+    return [
+        (music_model("absolute"), tokens, r"token id in `tokens` must lie in \[0, 19\]. Received: values from 3 to 20"),
+        (
+            translation_model("sinusoidal"), {"source_tokens": source, "target_tokens": np.zeros((1, 2), "int32")},
+            r"token id in `source_tokens` must lie in \[0, 13\]",
+        ),
+        (
+            image_model("local_1d", num_classes=3), {"pixels": pixels, "class_label": np.array([0], "int32")},
+            r"pixel value in `pixels` must lie in \[0, 255\]",
+        ),
+        (
+            image_model("local_1d", num_classes=3),
+            {"pixels": np.zeros((1,) + IMAGE_SHAPE, "int32"), "class_label": np.array([3], "int32")},
+            r"class label in `class_label` must lie in \[0, 2\]",
+        ),
+        (
+            super_resolution_model(), {"low_resolution": low - 8, "pixels": np.zeros((1,) + IMAGE_SHAPE, "int32")},
+            r"pixel value in `low_resolution` must lie in \[0, 255\]. Received: values from -1",
+        ),
+    ]
+
+
+def test_model_inputs_are_checked_eagerly_on_every_backend():
+    """docs/layers.md: each family's integer inputs raise a `ValueError`
+    naming the input, eagerly, on TensorFlow, JAX and PyTorch."""
+    for model, inputs, message in _out_of_range_inputs():
+        with pytest.raises(ValueError, match=message):
+            model(inputs)

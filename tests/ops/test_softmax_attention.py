@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_selfattn.ops.softmax_attention import softmax_attention
+from keras_selfattn.ops.softmax_attention import attention_with_weights, softmax_attention
 from tests.references import backend_gradients
 
 
@@ -281,3 +281,19 @@ def test_causal_value_rows_with_dropout_and_a_fully_masked_row():
         for j in range(max(0, i - 2), i + 1):
             expected[..., i, :] += dropped[..., i, j, None] * rows[..., j - i + 2, :]
     np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_attention_with_weights_returns_what_it_is_asked_for():
+    query, key, value, bias, _ = random_case((5, 7))
+    expected = numpy_attention(query, key, value, bias)
+    output, probabilities, weights = attention_with_weights(query, key, value, bias)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), expected, atol=1e-5)
+    assert probabilities is None and weights is None
+    output, probabilities, weights = attention_with_weights(
+        query, key, value, bias, dropout=lambda p: p * 2.0,
+        return_probabilities=True, return_weights=True,
+    )
+    probabilities, weights = ops.convert_to_numpy(probabilities), ops.convert_to_numpy(weights)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(weights, 2.0 * probabilities, atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(output), 2.0 * expected, atol=1e-4)
