@@ -43,13 +43,13 @@ def _generation_order(image_shape, head, block_shape):
 
 
 def image_decoder_step(
-    decoder, hyperparameters, image_shape, previous, step, caches, class_condition=None, encoder_outputs=None,
+    model, hyperparameters, image_shape, previous, step, cache, class_condition=None, encoder_outputs=None,
     position_condition=None, position_logits=None, estimates=None,
 ):
     """The outputs for the position at `step` in generation order.
 
     Args:
-        decoder: the model, whose decoder layers (`pixel_embedding`,
+        model: the image model, whose decoder layers (`pixel_embedding`,
             `target_position`, `decoder_blocks`, `decoder_norm`,
             `output_projection`) the step runs.
         hyperparameters: the model's hyperparameters.
@@ -58,8 +58,8 @@ def image_decoder_step(
             values for the categorical head, `[batch, channels]` pixels for
             DMOL; ignored at step 0.
         step: the step, an int or scalar int tensor.
-        caches: one self-attention cache per decoder block, from the model's
-            `initial_cache` or the previous step.
+        cache: the model's cache, one self-attention cache per decoder
+            block, from its `initial_cache` or the previous step.
         class_condition: optional `[batch, hidden_dim]` class embedding.
         encoder_outputs: optional encoder outputs (super-resolution).
         position_condition: optional `[batch, positions, hidden_dim]`
@@ -75,9 +75,9 @@ def image_decoder_step(
             over differences come back as logits over values.
 
     Returns:
-        `(outputs, hidden, caches)`: `[batch, 256]` logits or `[batch, 10 m]`
+        `(outputs, hidden, cache)`: `[batch, 256]` logits or `[batch, 10 m]`
         DMOL parameters, the `[batch, hidden_dim]` final hidden state they
-        project, and the updated caches.
+        project, and the updated cache.
     """
     order = ops.convert_to_tensor(generation_order(image_shape, hyperparameters))
     step = ops.cast(step, "int32")
@@ -85,27 +85,27 @@ def image_decoder_step(
     if estimates is not None:
         previous_index = _raster_index(hyperparameters, image_shape, order, ops.maximum(step - 1, 0))
         previous = differences_from(previous, ops.take(estimates, previous_index, axis=1))
-    x = _previous_embedding(decoder.pixel_embedding, hyperparameters, image_shape, previous, order, step)
+    x = _previous_embedding(model.pixel_embedding, hyperparameters, image_shape, previous, order, step)
     if class_condition is not None:
         x = x + class_condition
     if position_condition is not None:
         x = x + ops.take(position_condition, raster_index, axis=1)
-    x = x + _position_signal(decoder.target_position, hyperparameters, image_shape, step, raster_index, x.dtype)
+    x = x + _position_signal(model.target_position, hyperparameters, image_shape, step, raster_index, x.dtype)
     x = x[:, None, None, :] if is_grid_attention(hyperparameters["attention"]) else x[:, None, :]
     cross = {} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
-    new_caches = []
-    for block, cache in zip(decoder.decoder_blocks, caches):
-        x, cache = block(x, cache=cache, cache_update_index=step, **cross)
-        new_caches.append(cache)
-    hidden = decoder.decoder_norm(x)
-    outputs = decoder.output_projection(hidden)
+    new_cache = []
+    for block, block_cache in zip(model.decoder_blocks, cache):
+        x, block_cache = block(x, cache=block_cache, cache_update_index=step, **cross)
+        new_cache.append(block_cache)
+    hidden = model.decoder_norm(x)
+    outputs = model.output_projection(hidden)
     hidden = ops.reshape(hidden, (-1, hidden.shape[-1]))
     outputs = ops.reshape(outputs, (-1, outputs.shape[-1]))
     if estimates is not None:
         outputs = values_from_differences(outputs, ops.take(estimates, raster_index, axis=1))
     if position_logits is not None:
         outputs = outputs + ops.take(position_logits, raster_index, axis=1)
-    return outputs, hidden, new_caches
+    return outputs, hidden, new_cache
 
 
 def _previous_embedding(embedding, hyperparameters, image_shape, previous, order, step):
