@@ -160,19 +160,16 @@ def add_sampling_flags(parser, *, temperature=1.0, top_k=0, top_p=1.0):
     return group
 
 
-def add_renamed_flag(group, name, old_name, *, deprecated=False, **kwargs):
+def add_renamed_flag(group, name, old_name, **kwargs):
     """Adds the flag `name`, and its old spelling `old_name`, still accepted
-    but left out of `--help`: with a note on stderr, or with `deprecated`
-    a `DeprecationWarning` (the old spelling goes in the next release)."""
+    with a `DeprecationWarning` (it goes in the next release) but left out of
+    `--help`."""
     group.add_argument(name, **kwargs)
     destination = name.lstrip("-")
 
     class OldSpelling(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            if deprecated:
-                _warn_deprecated(parser.prog, old_name, name)
-            else:
-                print(f"note: {old_name} is now called {name}", file=sys.stderr)
+            _warn_deprecated(parser.prog, old_name, name)
             setattr(namespace, destination, values)
 
     group.add_argument(
@@ -194,7 +191,7 @@ def add_max_new_tokens_flag(group, *, default, help):
     """Adds `--max_new_tokens`, the number of tokens a recipe generates,
     with its deprecated spelling `--generate_events`."""
     add_renamed_flag(
-        group, "--max_new_tokens", "--generate_events", deprecated=True,
+        group, "--max_new_tokens", "--generate_events",
         type=positive_int, default=default, help=help,
     )
 
