@@ -59,7 +59,7 @@ from keras_selfattn.models import (  # noqa: E402
 from keras_selfattn.generation import Translator  # noqa: E402
 from keras_selfattn.models import TranslationTransformer  # noqa: E402
 from keras_selfattn.models.metrics import translation_scores  # noqa: E402
-from keras_selfattn.models.translation import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
+from keras_selfattn.models.translation_transformer import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
 from recipes.common import plots  # noqa: E402
 
 # The trained model is <model_dir>/translation.keras and is served as "translation"

@@ -14,14 +14,15 @@ from keras_selfattn.export.serving_options import (
     sentencepiece_tokenizer,
 )
 from keras_selfattn.generation.note_rules import NoteRules
-from keras_selfattn.models.graph_transformer import GraphHeads, GraphTransformer
+from keras_selfattn.models.graph_heads import GraphHeads
+from keras_selfattn.models.graph_transformer import GraphTransformer
 from keras_selfattn.models.image_transformer import ImageTransformer
-from keras_selfattn.models.melody_conditioned import MelodyConditionedMusicTransformer
+from keras_selfattn.models.melody_conditioned_music_transformer import MelodyConditionedMusicTransformer
 from keras_selfattn.models.music_transformer import MusicTransformer
 from keras_selfattn.models.plain_models import held_encoder
 from keras_selfattn.models.super_resolution import SuperResolutionTransformer
-from keras_selfattn.models.translation import TranslationTransformer
-from keras_selfattn.models.variable_misuse import VariableMisuseModel
+from keras_selfattn.models.translation_transformer import TranslationTransformer
+from keras_selfattn.models.variable_misuse_model import VariableMisuseModel
 
 
 def music_endpoints(model, options):
@@ -41,7 +42,7 @@ def melody_endpoints(model, options):
     row, melody in, performance out, with the note rules of
     `options.note_event_ids`), primer and new tokens up to
     `options.max_length` (2048 by default)."""
-    options.refuse_others("melody_music", "note_event_ids")
+    options.refuse_others("accompaniment", "note_event_ids")
     max_length = options.length_for(model, 2048)
     note_rules = None
     if options.note_event_ids is not None:

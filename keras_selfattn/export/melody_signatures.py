@@ -10,7 +10,7 @@ from keras_selfattn.export.sequence_signatures import (
     continue_rows,
 )
 from keras_selfattn.generation.melody import MelodyDecoder
-from keras_selfattn.models.melody_conditioned import MELODY_PAD_ID
+from keras_selfattn.models.melody_conditioned_music_transformer import MELODY_PAD_ID
 from keras_selfattn.ops.masks import sequence_mask
 
 ROWS = request_checks.ROWS

@@ -46,7 +46,7 @@ def export_for_serving(
       `[B]`, `top_k` int32 `[B]`, `top_p` float32 `[B]`, `seed` int32 `[B]`
       -> `tokens` int32 `[B, L]`: a row's primer, its new tokens, then
       zeros.
-    - `melody_music` (`MelodyConditionedMusicTransformer`): `serving_default`
+    - `accompaniment` (`MelodyConditionedMusicTransformer`): `serving_default`
       takes `melody` and `tokens`; `accompany`: `melody` int32 `[B, M]`
       (melodies padded to the longest), `melody_length` int32 `[B]` (each
       row's own, at most the model's `max_melody_length`), then
@@ -98,8 +98,8 @@ def export_for_serving(
         max_length: the longest sequence a signature generates: for
             `generate` and `accompany`, primer plus new tokens; for
             `translate`, target tokens. `None` takes the model's maximum,
-            else 2048 (music, melody_music) or 256 (translation).
-        note_event_ids: music and melody_music only: the note-on and
+            else 2048 (music, accompaniment) or 256 (translation).
+        note_event_ids: music and accompaniment only: the note-on and
             note-off id ranges (`keras_selfattn.data.music.event_id_ranges()`);
             `generate` and `accompany` then keep `continue_sequence`'s note
             rules on every row.

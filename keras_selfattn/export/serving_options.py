@@ -8,7 +8,7 @@ from keras_selfattn.layers.argument_checks import check_length
 
 # Which family each option belongs to, named when another family gets it.
 _OPTION_OWNERS = {
-    "tokenizer": "translation", "directions": "translation", "note_event_ids": "music and melody_music",
+    "tokenizer": "translation", "directions": "translation", "note_event_ids": "music and accompaniment",
     "min_note_steps": "music",
 }
 

@@ -1,11 +1,7 @@
 """Model builders, presets and training pieces."""
 
-from keras_selfattn.models.graph_transformer import (
-    GRAPH_PRESETS,
-    GraphHeads,
-    GraphTransformer,
-    graph_transformer,
-)
+from keras_selfattn.models.graph_heads import GraphHeads
+from keras_selfattn.models.graph_transformer import GRAPH_PRESETS, GraphTransformer, graph_transformer
 from keras_selfattn.models.image_decoding import generation_order, image_decoder_step
 from keras_selfattn.models.image_transformer import IMAGE_PRESETS, ImageTransformer, image_transformer
 from keras_selfattn.models.losses import (
@@ -13,7 +9,10 @@ from keras_selfattn.models.losses import (
     MaskedSparseCategoricalCrossentropy,
     repair_loss,
 )
-from keras_selfattn.models.melody_conditioned import MELODY_PRESETS, MelodyConditionedMusicTransformer
+from keras_selfattn.models.melody_conditioned_music_transformer import (
+    MELODY_PRESETS,
+    MelodyConditionedMusicTransformer,
+)
 from keras_selfattn.models.metrics import BitsPerDimension, NegativeLogLikelihoodPerToken
 from keras_selfattn.models.music_transformer import MUSIC_PRESETS, MusicTransformer, music_transformer
 from keras_selfattn.models.presets import TRAINED_PRESETS, list_presets
@@ -25,9 +24,9 @@ from keras_selfattn.models.super_resolution import (
     SuperResolutionTransformer,
     image_super_resolution,
 )
-from keras_selfattn.models.translation import (
+from keras_selfattn.models.translation_transformer import (
     TRANSLATION_PRESETS,
     TranslationTransformer,
     transformer_translation,
 )
-from keras_selfattn.models.variable_misuse import VARIABLE_MISUSE_PRESETS, VariableMisuseModel
+from keras_selfattn.models.variable_misuse_model import VARIABLE_MISUSE_PRESETS, VariableMisuseModel

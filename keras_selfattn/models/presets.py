@@ -83,7 +83,7 @@ TRAINED_PRESETS = {
 
 
 # The order of the families in `list_presets()`.
-FAMILIES = ("music", "melody_music", "translation", "image", "super_resolution", "graph", "variable_misuse")
+FAMILIES = ("music", "accompaniment", "translation", "image", "super_resolution", "graph", "variable_misuse")
 # `{family: (builder name, architecture presets)}` and `{family: model
 # class}`, filled by each family's module with `register_presets`.
 _ARCHITECTURES = {}

@@ -64,7 +64,7 @@ def melody_model(note_event_ids=None):
     return sharpen(model, factor=2.0)
 
 
-def exported_melody_music(export_base, max_length=16):
+def exported_accompaniment(export_base, max_length=16):
     """`(model, path)` of `melody_model()` exported as serving/models.config's `accompaniment`."""
     model = melody_model()
     return model, export_for_serving(model, export_base, name="accompaniment", max_length=max_length)

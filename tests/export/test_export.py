@@ -214,7 +214,7 @@ def test_a_note_state_model_generates_each_padded_row_as_in_process(export_base)
 
 def test_note_event_ids_are_for_music_models_only(translation, export_base):
     model = translation[0]
-    with pytest.raises(ValueError, match="`note_event_ids` is for music and melody_music models only"):
+    with pytest.raises(ValueError, match="`note_event_ids` is for music and accompaniment models only"):
         export_for_serving(model, export_base, name="not_music", note_event_ids={"note_on": (2, 5)})
     with pytest.raises(ValueError, match="`min_note_steps` is for music models only"):
         export_for_serving(model, export_base, name="not_music", min_note_steps=5)

@@ -132,7 +132,7 @@ def test_a_head_named_status_is_refused(tmp_path):
 def test_heads_without_a_graph_transformer_and_foreign_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="graph_transformer inside"):
         export_for_serving(heads_model(with_encoder=False), tmp_path, name="no_encoder")
-    with pytest.raises(ValueError, match="`note_event_ids` is for music and melody_music models only"):
+    with pytest.raises(ValueError, match="`note_event_ids` is for music and accompaniment models only"):
         export_for_serving(heads_model(), tmp_path, name="heads", note_event_ids=((1, 2), (3, 4)))
     assert not (tmp_path / "heads").exists()
 

@@ -20,7 +20,7 @@ PAD = 99
 
 @pytest.fixture(scope="module")
 def accompaniment(serving_exports):
-    model, path = serving_exports["melody_music"]
+    model, path = serving_exports["accompaniment"]
     return model, tf.saved_model.load(path), path
 
 

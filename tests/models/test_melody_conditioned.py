@@ -183,7 +183,7 @@ def test_attention_scores_cover_the_tokens_and_the_melody():
 
 def test_presets_are_listed_and_built():
     assert set(MELODY_PRESETS) == {"tiny", "small"}
-    listed = {p["name"] for p in list_presets() if p["family"] == "melody_music"}
+    listed = {p["name"] for p in list_presets() if p["family"] == "accompaniment"}
     assert listed == {"tiny", "small"}
     small = MelodyConditionedMusicTransformer.from_preset("small", vocabulary_size=VOCABULARY)
     assert [block.name for block in small.encoder_blocks] == [f"encoder_block_{i}" for i in range(4)]

@@ -21,7 +21,7 @@ def test_list_presets_names_every_preset_and_which_have_weights():
     for name in MUSIC_PRESETS:
         assert listed[("music", name)] is False
     families = {family for family, _ in listed}
-    assert families == {"music", "melody_music", "translation", "image", "super_resolution", "graph", "variable_misuse"}
+    assert families == {"music", "accompaniment", "translation", "image", "super_resolution", "graph", "variable_misuse"}
     assert sum(listed.values()) == len(presets.TRAINED_PRESETS)
 
 

@@ -8,7 +8,7 @@ from keras_selfattn.layers.local_relative_attention_1d import LocalRelativeAtten
 from keras_selfattn.layers.memory_compressed_attention import MemoryCompressedAttention
 from keras_selfattn.layers.tied_output_projection import TiedOutputProjection
 from keras_selfattn.models.music_transformer import MusicTransformer, music_transformer
-from keras_selfattn.models.translation import transformer_translation
+from keras_selfattn.models.translation_transformer import transformer_translation
 
 RNG = np.random.default_rng(5)
 

@@ -17,7 +17,7 @@ MODEL_OF_FAMILY = {
     "translation_directions": "translation",
     "images": "image_generation",
     "super_resolution": "super_resolution",
-    "melody_music": "accompaniment",
+    "accompaniment": "accompaniment",
 }
 
 

@@ -81,7 +81,7 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
     """
 
     builder_name = "MelodyConditionedMusicTransformer.from_preset"
-    family = "melody_music"
+    family = "accompaniment"
 
     def __init__(
         self,
