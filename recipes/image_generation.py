@@ -8,15 +8,22 @@ tensorflow-datasets (downloaded or prepared in `--tfds_dir`); `--image_dir`
 any folder of PNG/JPEG files, with classes from sub-folder names under
 `--labels_from_folders`.
 
-The run prints and writes to `--model_dir`: held-out bits/dim next to the
-uniform and pixel-histogram baselines, `samples.png` (unconditional: a grid
-of samples; `--conditional`: one row per class), `completions.png` (held-out
+The held-out images are split in two (a seeded random choice of whole
+images): `--validation_images` of them are the validation data of training,
+the others the test data, scored once at the end (with a single held-out
+image there is no validation: the log and the report's `splits` say so).
+
+The run prints and writes to `--model_dir`: validation and test bits/dim,
+the test's next to the uniform and pixel-histogram baselines, `samples.png` (unconditional: a grid
+of samples; `--conditional`: one row per class), `completions.png` (test
 images with the top half given and the rest sampled three times, the
 original beside them, as in the paper's figure; the images in
-`completions.npz`), `attention.png` (for `--attention_pixel` of a held-out
+`completions.npz`), `attention.png` (for `--attention_pixel` of a test
 image, each head's attention weights over the image in the last block; for
 local 2D and relative local 2D its memory block outlined), the trained
-`.keras` model, `report.json`, checkpoints, TensorBoard logs, and with
+`.keras` model, `report.json` (its `splits` counts train, validation and
+test images and how they were split), `splits.json` (each validation and
+test image's pixel hash), checkpoints, TensorBoard logs, and with
 `--export_dir` a SavedModel for TF Serving with the `sample` and `complete`
 signatures.
 
@@ -33,14 +40,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_selfattn.models import image_transformer  # noqa: E402
-from recipes.common import image_plots, image_recipes  # noqa: E402
+from recipes.common import image_plots, image_recipes, splits  # noqa: E402
 
 # The trained model is <model_dir>/image_generation.keras and is served as "image_generation"
 # (serving/models.config).
 NAME = "image_generation"
 HELD_OUT_SPLITS = {"cifar10": "test", "imagenet32": "validation"}
 COMPLETIONS_PER_IMAGE = 3
-VALIDATION_IMAGES = 256  # the first held-out images, whose loss `fit` reports each epoch
+DEFAULT_VALIDATION_IMAGES = splits.DEFAULT_VALIDATION  # held-out images that validate training
 # image_transformer's presets, with what the recipe adds to each.
 PRESETS = {
     # The digits model: 4 layers of width 64, 2D query blocks of 4 x 4 pixels.
@@ -84,6 +91,15 @@ def build_parser():
         default=None,
         help="cifar10, imagenet32: read at most this many training images (and a fifth as "
         "many held out); default: all",
+    )
+    data.add_argument(
+        "--validation_images",
+        type=harness.positive_int,
+        default=None,
+        help="held-out images that are the validation data of training (a seeded random choice); "
+        "the other held-out images are the test data, scored (default: "
+        f"{DEFAULT_VALIDATION_IMAGES}, at most half the held-out images; one held-out image is "
+        "a test image and training runs without validation)",
     )
     data.add_argument(
         "--conditional",
@@ -214,11 +230,11 @@ def write_samples(args, run, model, class_names):
 
 
 def write_completions(args, run, model, test_pixels, test_labels):
-    """Completes held-out images from their top half, three times each."""
+    """Completes test images from their top half, three times each."""
     count = min(args.completions, len(test_pixels))
     originals = test_pixels[:count]
     known_rows = originals.shape[1] // 2
-    run.log(f"completing {count} held-out images from their top {known_rows} rows ...")
+    run.log(f"completing {count} test images from their top {known_rows} rows ...")
     given = np.repeat(originals, COMPLETIONS_PER_IMAGE, axis=0)
     labels = np.repeat(test_labels[:count], COMPLETIONS_PER_IMAGE) if args.conditional else None
     completed = sample(args, model, len(given), class_labels=labels, known_pixels=given,
@@ -230,7 +246,7 @@ def write_completions(args, run, model, test_pixels, test_labels):
     titles = ["given"] + [f"completion {k + 1}" for k in range(COMPLETIONS_PER_IMAGE)] + ["original"]
     path = image_plots.image_grid(
         run.path("completions.png"), rows, column_titles=titles,
-        title=f"held-out images completed from their top {known_rows} rows",
+        title=f"test images completed from their top {known_rows} rows",
     )
     run.wrote("completions grid", path)
     arrays = run.path("completions.npz")
@@ -251,7 +267,7 @@ def write_attention(args, run, model, image, label=None):
     weights, box = attention_map(model, image, pixel, class_label=label)
     path = image_plots.attention_over_image(
         run.path("attention.png"), image, weights, pixel, memory_box=box,
-        title=f"last block's attention of pixel {tuple(pixel)} over a held-out image ({args.attention})",
+        title=f"last block's attention of pixel {tuple(pixel)} over a test image ({args.attention})",
     )
     return run.wrote("attention weights over an image", path)
 
@@ -271,10 +287,13 @@ def main(argv=None, callbacks=()):
         )
     num_classes = len(class_names) if args.conditional else None
     train = model_inputs(train_pixels, train_labels, args.conditional)
-    test = model_inputs(test_pixels, test_labels, args.conditional)
+    held_out = model_inputs(test_pixels, test_labels, args.conditional)
+    validation, test, split_facts = split_held_out(args, run, len(train_pixels), held_out)
+    test_pixels = test["pixels"]
+    test_labels = test.get("class_label")
 
     def train_model():
-        return train_image_transformer(args, run, train, test, num_classes, callbacks)
+        return train_image_transformer(args, run, train, validation, num_classes, callbacks)
 
     model, history = run.trained_or_saved(NAME, train_model)
     with run.evaluation(NAME):
@@ -282,9 +301,12 @@ def main(argv=None, callbacks=()):
             args, NAME, image_shape=list(train_pixels.shape[1:]), num_classes=num_classes
         )
         report = {
-            "data": image_recipes.data_report(args, train_pixels, test_pixels),
+            "data": image_recipes.data_report(args, train_pixels, held_out["pixels"]),
+            "splits": split_facts,
             "training": history,
-            **held_out_bits(args, run, model, train_pixels, test),
+            "validation": validation_bits(args, run, model, validation),
+            "test": test_bits(args, run, model, train_pixels, test),
+            "uniform_bits_per_dim": math.log2(256),
             "sampling": {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p},
         }
         write_samples(args, run, model, class_names)
@@ -296,39 +318,88 @@ def main(argv=None, callbacks=()):
     return report
 
 
-def train_image_transformer(args, run, train, test, num_classes, callbacks):
-    """Builds and fits the model, validated on the first
-    `VALIDATION_IMAGES` held-out images; returns `(model, History)`."""
+def split_held_out(args, run, train_count, held_out):
+    """`(validation, test, splits)`: the validation inputs (`None` when a
+    single held-out image leaves none for them), the test inputs, and the
+    report's `splits`: a seeded `--validation_images` of the held-out images
+    validate, the others are the test images."""
+    count = len(held_out["pixels"])
+    wanted = splits.validation_count(count, args.validation_images)
+    if wanted >= count:
+        raise harness.UsageError(
+            f"--validation_images {wanted} must leave test images: there are {count} held-out images"
+        )
+    validation_rows, test_rows = splits.seeded_parts(count, wanted, args.seed)
+    validation = {k: v[validation_rows] for k, v in held_out.items()} if wanted else None
+    test = {k: v[test_rows] for k, v in held_out.items()}
+    validation_ids = splits.image_ids(held_out["pixels"][validation_rows])
+    test_ids = splits.image_ids(test["pixels"])
+    source = image_recipes.data_source(args)
+    if wanted:
+        chosen = "" if args.validation_images is not None else (
+            f" (--validation_images default: {DEFAULT_VALIDATION_IMAGES}, at most half of them)"
+        )
+        how = (
+            f"{source}: the held-out images (none trained on) split by whole image, a seeded random "
+            f"{wanted} validation{chosen}, the other {len(test_rows)} test"
+        )
+    else:
+        how = (
+            f"{source}: only {count} held-out image, too few to split: it is the test image, and "
+            "training runs without validation data (the test image is never validated on)"
+        )
+    facts = splits.splits_report(train_count, validation_ids, test_ids, how)
+    splits.log_splits(run, facts)
+    splits.write_identities(run, validation_ids, test_ids, "sha256 of the image's pixels (16 hex digits)")
+    return validation, test, facts
+
+
+def train_image_transformer(args, run, train, validation, num_classes, callbacks):
+    """Builds and fits the model, validated on the validation images (none
+    when `validation` is `None`); returns `(model, History)`."""
     image_shape = train["pixels"].shape[1:]
     with run.strategy.scope():
         model = build_model(args, image_shape, num_classes)
-    validation = {k: v[:VALIDATION_IMAGES] for k, v in test.items()}
+    validated = (
+        f"{len(validation['pixels'])} validation images validate training" if validation is not None
+        else "no validation"
+    )
     run.log(
         f"{NAME} ({args.preset}, {args.attention}{', conditional' if num_classes else ''}): "
         f"{model.count_params():,} parameters; {len(train['pixels'])} training images of {image_shape}, "
-        f"{len(test['pixels'])} held out (the first {len(validation['pixels'])} of them validate "
-        f"training); training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size}"
+        f"{validated}; training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size}"
     )
     return model, image_recipes.fit(args, run, model, train, validation, callbacks)
 
 
-def held_out_bits(args, run, model, train_pixels, test):
-    """The report's held-out bits/dim beside the uniform and pixel-histogram baselines."""
+def bits_per_dim(args, model, inputs):
+    results = model.evaluate(inputs, inputs["pixels"], batch_size=args.batch_size, verbose=0, return_dict=True)
+    return float(results["bits_per_dim"])
+
+
+def validation_bits(args, run, model, validation):
+    """The report's `validation`: bits/dim over the validation images (`None` without any)."""
+    if validation is None:
+        run.log(f"validation bits/dim: {harness.figure(None)}, no validation image")
+        return {"images": 0, "bits_per_dim": None}
+    bits = bits_per_dim(args, model, validation)
+    run.log(f"validation bits/dim over {len(validation['pixels'])} images: {bits:.4f}")
+    return {"images": int(len(validation["pixels"])), "bits_per_dim": bits}
+
+
+def test_bits(args, run, model, train_pixels, test):
+    """The report's `test`: bits/dim over the test images, scored once,
+    beside the pixel-histogram baseline (and the uniform one, 8)."""
     from keras_selfattn.data.images import marginal_bits_per_dim
 
     test_pixels = test["pixels"]
-    results = model.evaluate(test, test_pixels, batch_size=args.batch_size, verbose=0, return_dict=True)
-    bits = float(results["bits_per_dim"])
+    bits = bits_per_dim(args, model, test)
     histogram = marginal_bits_per_dim(train_pixels, test_pixels)
     run.log(
-        f"held-out bits/dim over {len(test_pixels)} images: {bits:.4f} (uniform {math.log2(256):.1f}, "
+        f"test bits/dim over {len(test_pixels)} images: {bits:.4f} (uniform {math.log2(256):.1f}, "
         f"pixel histogram {histogram:.4f})"
     )
-    return {
-        "held_out_bits_per_dim": bits,
-        "uniform_bits_per_dim": math.log2(256),
-        "pixel_histogram_bits_per_dim": histogram,
-    }
+    return {"images": int(len(test_pixels)), "bits_per_dim": bits, "pixel_histogram_bits_per_dim": histogram}
 
 
 if __name__ == "__main__":

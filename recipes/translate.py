@@ -1,4 +1,4 @@
-"""Transformer translation on real sentence pairs: train, score held-out BLEU
+"""Transformer translation on real sentence pairs: train, score test BLEU
 and chrF (greedy and beam search) against a copy-the-source baseline, export
 for serving.
 
@@ -7,9 +7,14 @@ dictionary (Debian's `trans-de-en`, fetched once with `apt-get download`
 into `--data_dir`); `--pairs_tsv FILE` for any language pair (one
 `source<TAB>target` pair a line); `--wmt14 de-en` (or another config) for the
 papers' WMT14 through tensorflow-datasets, prepared beforehand in
-`--tfds_dir` (held out: newstest2014). Ding and TSV pairs are split with
-`--held_out_fraction` of the distinct first-side sentences held out (in
-either direction, so both directions hold out the same pairs). `--direction`
+`--tfds_dir` (validation: newstest2013, test: newstest2014). Ding and TSV
+pairs are split with `--held_out_fraction` of the distinct first-side
+sentences held out (in either direction, so both directions hold out the
+same pairs); the held-out pairs are split again by whole first-side
+sentence into `--validation_pairs` pairs that validate training and the
+test pairs, scored once at the end (when the held-out pairs are too few to
+split, training runs without validation: the log and the report's
+`splits` say so). `--direction`
 chooses which side is the source. `--tasks both_directions` trains one
 model on both directions of the pairs, mixed with
 `keras_selfattn.data.mixing.mix_tasks` in proportion to their pairs, each
@@ -28,13 +33,15 @@ and the output projection (Vaswani et al. 3.4). Batches hold at most
 the loss is label-smoothed cross-entropy (0.1) and the learning rate the
 paper's rsqrt warmup schedule with Adam (0.9, 0.98, 1e-9).
 
-The run prints and writes to `--model_dir`: the held-out corpus BLEU and chrF
-(sacrebleu) of greedy decoding, of beam search (`--beam_size`, `--alpha`)
+The run prints and writes to `--model_dir`: the validation loss, the test
+corpus BLEU and chrF (sacrebleu) of greedy decoding, of beam search (`--beam_size`, `--alpha`)
 and of copying the source, sample translations beside their references,
 `attention.png` (the last decoder block's attention over the source for one
-held-out sentence, one panel per head), `translations.tsv` (every held-out
+test sentence, one panel per head), `translations.tsv` (every test
 source, reference, greedy and beam translation), `sentencepiece.model`, the
-trained `.keras` model, `report.json`, checkpoints, TensorBoard logs, and
+trained `.keras` model, `report.json` (its `splits` counts the train,
+validation and test pairs), `splits.json` (the validation and test
+first-side sentences), checkpoints, TensorBoard logs, and
 with `--export_dir` a SavedModel for TF Serving whose `translate` signature
 takes and returns strings.
 
@@ -60,14 +67,14 @@ from keras_selfattn.generation import Translator  # noqa: E402
 from keras_selfattn.models import TranslationTransformer  # noqa: E402
 from keras_selfattn.models.metrics import translation_scores  # noqa: E402
 from keras_selfattn.models.translation_transformer import POSITIONS, TRANSLATION_PRESETS  # noqa: E402
-from recipes.common import plots  # noqa: E402
+from recipes.common import plots, splits  # noqa: E402
 
 # The trained model is <model_dir>/translation.keras and is served as "translation"
 # (serving/models.config).
 NAME = "translation"
 SENTENCEPIECE_FILE = "sentencepiece.model"
 DIRECTIONS = ("forward", "reverse")
-VALIDATION_PAIRS = 256  # held-out pairs whose loss `fit` reports each epoch
+DEFAULT_VALIDATION_PAIRS = splits.DEFAULT_VALIDATION  # held-out pairs that validate training
 DEFAULT_VOCAB_SIZE = 8000
 TASKS = ("one", "both_directions")
 
@@ -112,8 +119,8 @@ def _add_data_flags(parser):
         default=None,
         metavar="CONFIG",
         help="WMT14 through tensorflow-datasets (wmt14_translate/CONFIG: cs-en, de-en, fr-en, "
-        "hi-en, ru-en), prepared in --tfds_dir; trains on --wmt14_train_split, holds out "
-        "newstest2014",
+        "hi-en, ru-en), prepared in --tfds_dir; trains on --wmt14_train_split, validates on "
+        "newstest2013, tests on newstest2014",
     )
     data.add_argument(
         "--wmt14_train_split",
@@ -135,7 +142,7 @@ def _add_data_flags(parser):
         "both directions of the pairs, mixed in proportion to their training pairs, each source led "
         "by its direction token (the text '<forward> ' or '<reverse> ', which the exported `translate` "
         "signature puts before each row's text from its `direction` input); the report adds each "
-        "direction's held-out scores",
+        "direction's test scores",
     )
     data.add_argument(
         "--low_resource_fraction",
@@ -150,6 +157,16 @@ def _add_data_flags(parser):
         default=0.05,
         help="Ding and --pairs_tsv: the fraction of distinct first-side sentences held out with all "
         "their pairs (none of them is trained on; the same pairs whichever --direction)",
+    )
+    data.add_argument(
+        "--validation_pairs",
+        type=harness.positive_int,
+        default=None,
+        help="held-out pairs that are the validation data of training, chosen by whole first-side "
+        "sentence (seeded by --seed); the other held-out pairs are the test data, scored (default: "
+        f"{DEFAULT_VALIDATION_PAIRS}, at most half the held-out pairs; held-out pairs too few to "
+        "split are all test pairs and training runs without validation); --wmt14: at most this "
+        f"many newstest2013 pairs (default {DEFAULT_VALIDATION_PAIRS})",
     )
     harness.add_renamed_flag(
         data,
@@ -259,7 +276,7 @@ def _add_evaluation_flags(parser):
     )
     harness.add_renamed_flag(
         evaluation, "--eval_examples", "--eval_pairs", type=harness.non_negative_int, default=0,
-        help="score at most this many held-out pairs (evenly spread); 0 means all",
+        help="score at most this many test pairs (evenly spread); 0 means all",
     )
     evaluation.add_argument(
         "--decode_batch_size", type=harness.positive_int, default=64,
@@ -267,7 +284,7 @@ def _add_evaluation_flags(parser):
     )
     evaluation.add_argument(
         "--samples", type=harness.non_negative_int, default=8,
-        help="held-out translations printed beside their sources and references",
+        help="test translations printed beside their sources and references",
     )
     evaluation.add_argument(
         "--bleu_tokenize", default="13a",
@@ -292,10 +309,15 @@ def parse_args(argv=None):
 
 
 def load_pairs(args, run, text):
-    """`(train, held_out, facts)`: sentence pairs as `(source, target)` in
-    the `--direction` asked for, and what the report says about them."""
+    """`(train, validation, test, facts, splits)`: sentence pairs as
+    `(source, target)` in the `--direction` asked for, what the report says
+    about them, and the report's `splits` (also written as splits.json)."""
     if args.wmt14:
-        return _wmt14_pairs(args, run, text)
+        train, validation, test, how = _wmt14_pairs(args, run, text)
+        return _directed_parts(args, run, train, validation, test, {
+            "source": f"wmt14_translate/{args.wmt14}", "validation_split": "validation (newstest2013)",
+            "test_split": "test (newstest2014)",
+        }, how)
     if args.pairs_tsv:
         pairs, counts = _tsv_pairs(args, run, text)
         facts = {"source": str(Path(args.pairs_tsv).expanduser()), "line_counts": counts}
@@ -312,7 +334,51 @@ def load_pairs(args, run, text):
     except ValueError as error:
         raise harness.UsageError(f"{args.pairs_tsv or 'the Ding pairs'}: {error}") from None
     # Split before turning around: each direction holds out the same pairs.
-    return _directed(train, args.direction), _directed(held_out, args.direction), facts
+    validation, test, how = split_held_out(args, text, held_out)
+    return _directed_parts(args, run, train, validation, test, facts, how)
+
+
+def split_held_out(args, text, held_out):
+    """`(validation, test, how)`: the held-out pairs split by whole
+    first-side sentence, a seeded `--validation_pairs` of them (by default
+    at most half) validating training, the rest the test pairs."""
+    wanted = splits.validation_count(len(held_out), args.validation_pairs, DEFAULT_VALIDATION_PAIRS)
+    if wanted >= len(held_out):
+        raise harness.UsageError(
+            f"--validation_pairs {wanted} must leave test pairs: there are {len(held_out)} held-out pairs"
+        )
+    validation, test = text.split_pairs_by_source(held_out, wanted, seed=args.seed)
+    source = "--pairs_tsv" if args.pairs_tsv else "the Ding pairs"
+    held = (
+        f"{source} split by whole first-side sentence: --held_out_fraction {args.held_out_fraction} of "
+        "the sentences held out with all their pairs, never trained on"
+    )
+    if not validation:
+        return [], test, (
+            f"{held}; the {len(held_out)} held-out pairs are too few to split again: all are test pairs "
+            "and training runs without validation data (the test pairs are never validated on)"
+        )
+    chosen = "" if args.validation_pairs is not None else (
+        f" (--validation_pairs default: {DEFAULT_VALIDATION_PAIRS}, at most half of them)"
+    )
+    return validation, test, (
+        f"{held}; of those, a seeded random {len(validation)} pairs' sentences validate{chosen}, "
+        f"the other {len(test)} pairs are the test"
+    )
+
+
+def _directed_parts(args, run, train, validation, test, facts, how):
+    """The parts in the `--direction` asked for, and the report's `splits`
+    (identities: the first-side sentences, whichever the direction)."""
+    validation_ids = list(dict.fromkeys(first for first, _ in validation))
+    test_ids = list(dict.fromkeys(first for first, _ in test))
+    facts_of_splits = splits.splits_report(len(train), validation_ids, test_ids, how)
+    # Counted in pairs; the overlap in first-side sentences.
+    facts_of_splits.update(validation=len(validation), test=len(test))
+    splits.log_splits(run, facts_of_splits)
+    splits.write_identities(run, validation_ids, test_ids, "first-side sentence (all its pairs go together)")
+    parts = (_directed(part, args.direction) for part in (train, validation, test))
+    return (*parts, facts, facts_of_splits)
 
 
 def _tsv_pairs(args, run, text):
@@ -334,15 +400,19 @@ def _wmt14_pairs(args, run, text):
     if args.wmt14 not in text.WMT14_CONFIGS:
         raise harness.UsageError(f"`--wmt14` must be one of {', '.join(text.WMT14_CONFIGS)}; got {args.wmt14!r}")
     tfds_dir = args.tfds_dir or str(Path.home() / "tensorflow_datasets")
-    splits = {}
-    for name, split in (("train", args.wmt14_train_split), ("held_out", "test")):
+    parts = {}
+    for name, split in (("train", args.wmt14_train_split), ("validation", "validation"), ("test", "test")):
         run.log(f"reading wmt14_translate/{args.wmt14} {split} from {tfds_dir} ...")
         try:
-            splits[name] = _directed(text.wmt14_pairs(tfds_dir, args.wmt14, split), args.direction)
+            parts[name] = text.wmt14_pairs(tfds_dir, args.wmt14, split)
         except FileNotFoundError as error:
             raise harness.UsageError(f"--wmt14 / --tfds_dir: {error}") from None
-    facts = {"source": f"wmt14_translate/{args.wmt14}", "held_out_split": "test (newstest2014)"}
-    return splits["train"], splits["held_out"], facts
+    validation = spread(parts["validation"], args.validation_pairs or DEFAULT_VALIDATION_PAIRS)
+    how = (
+        f"wmt14_translate/{args.wmt14}'s own splits: {args.wmt14_train_split} trained on, "
+        f"{len(validation)} newstest2013 pairs (evenly spread) validate, newstest2014 is the test"
+    )
+    return parts["train"], validation, parts["test"], how
 
 
 def _directed(pairs, direction):
@@ -507,7 +577,7 @@ def evaluate(args, run, translator, held_out, prefix=""):
     decodings = {"greedy": 1, "beam": args.beam_size}
     translations, report = {}, {"pairs": len(pairs), "distinct_sources": len(sources)}
     for name, beam_size in decodings.items():
-        run.log(f"translating {len(sources):,} held-out sources, {name} (beam {beam_size}) ...")
+        run.log(f"translating {len(sources):,} test sources, {name} (beam {beam_size}) ...")
         texts, tokens = translator.translate([prefix + source for source in sources], beam_size)
         translations[name] = dict(zip(sources, zip(texts, tokens)))
     hypotheses = {
@@ -518,7 +588,7 @@ def evaluate(args, run, translator, held_out, prefix=""):
     for name, texts in hypotheses.items():
         scores = translation_scores(texts, references, args.bleu_tokenize)
         report["scores"][name] = scores
-        run.log(f"held-out {name:<11}: BLEU {scores['bleu']:5.2f}  chrF {scores['chrf']:5.2f}")
+        run.log(f"test {name:<11}: BLEU {scores['bleu']:5.2f}  chrF {scores['chrf']:5.2f}")
     report["beam_size"], report["alpha"] = args.beam_size, args.alpha
     return report, pairs, translations
 
@@ -600,17 +670,20 @@ def main(argv=None, callbacks=()):
 
     from keras_selfattn.data import text
 
-    all_train, held_out, data_facts = load_pairs(args, run, text)
+    all_train, validation, test, data_facts, split_facts = load_pairs(args, run, text)
     tasks = training_tasks(args, all_train)
     train = tasks[args.direction]
-    run.log(f"{len(train):,} training pairs, {len(held_out):,} held-out pairs ({args.direction})")
+    run.log(
+        f"{len(train):,} training pairs, {len(validation):,} validation and {len(test):,} test pairs "
+        f"({args.direction})"
+    )
     if args.tasks == "both_directions":
         run.log(f"and {len(all_train):,} training pairs the other way: both directions mixed, a token each")
     vocabulary = sentencepiece_file(args, run, text, all_train if args.tasks == "both_directions" else train)
     processor = sentencepiece.SentencePieceProcessor(model_file=str(vocabulary))
 
     def train_model():
-        return train_translation(args, run, text, processor, vocabulary, tasks, held_out, callbacks)
+        return train_translation(args, run, text, processor, vocabulary, tasks, validation, callbacks)
 
     model, history = run.trained_or_saved(NAME, train_model)
     with run.evaluation(NAME):
@@ -618,7 +691,8 @@ def main(argv=None, callbacks=()):
             model, processor, args.max_length, batch_size=args.decode_batch_size, alpha=args.alpha
         )
         prefix = direction_prefix(args.direction) if args.tasks == "both_directions" else ""
-        evaluation, scored_pairs, translations = evaluate(args, run, translator, held_out, prefix)
+        validation_report = validation_figures(args, run, text, processor, vocabulary, model, validation)
+        evaluation, scored_pairs, translations = evaluate(args, run, translator, test, prefix)
         samples = sample_lines(scored_pairs, translations, max(args.samples, 1))
         print_samples(run, samples[: args.samples])
         write_translations(run, scored_pairs, translations)
@@ -640,12 +714,15 @@ def main(argv=None, callbacks=()):
                 **data_facts,
                 "direction": args.direction,
                 "train_pairs": len(train),
-                "held_out_pairs": len(held_out),
+                "validation_pairs": len(validation),
+                "test_pairs": len(test),
                 **task_facts(args, tasks),
             },
+            "splits": split_facts,
             "training": history,
-            "held_out": evaluation,
-            **directions_report(args, run, translator, held_out, evaluation),
+            "validation": validation_report,
+            "test": evaluation,
+            **directions_report(args, run, translator, test, evaluation),
             "samples": samples[: args.samples],
             "attention_sentence": attention_source,
             **export_report(args, run, exported),
@@ -691,39 +768,65 @@ def task_facts(args, tasks):
     return facts
 
 
-def directions_report(args, run, translator, held_out, evaluation):
-    """With `--tasks both_directions`: `{"held_out_by_direction": {direction:
+def directions_report(args, run, translator, test, evaluation):
+    """With `--tasks both_directions`: `{"test_by_direction": {direction:
     scores}}`, the `--direction` scores already in `evaluation` and the other
     direction's scored here; nothing otherwise."""
     if args.tasks != "both_directions":
         return {}
     other = other_direction(args.direction)
     run.log(f"the other direction, {other}:")
-    reverse, _, _ = evaluate(args, run, translator, _directed(held_out, "reverse"), direction_prefix(other))
-    return {"held_out_by_direction": {args.direction: evaluation["scores"], other: reverse["scores"]}}
+    reverse, _, _ = evaluate(args, run, translator, _directed(test, "reverse"), direction_prefix(other))
+    return {"test_by_direction": {args.direction: evaluation["scores"], other: reverse["scores"]}}
 
 
-def train_translation(args, run, text, processor, vocabulary, tasks, held_out, callbacks):
-    """Builds and fits the model, validated on up to `VALIDATION_PAIRS`
-    held-out pairs (in each direction trained); returns `(model, History)`."""
+def validation_batches(args, text, processor, tokenizer, validation):
+    """`(dataset, what)`: one pass of the validation pairs' batches (in each
+    direction trained), `None` when there is none that fits, and a phrase
+    that says so."""
+    if not validation:
+        return None, "no validation pairs: no validation"
+    if args.tasks == "both_directions":
+        dataset = counted(direction_batches(
+            args, text, processor, tokenizer, held_out_tasks(args, validation), training=False
+        ))
+    else:
+        dataset = counted(text.translation_dataset(
+            validation, tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
+        ))
+    if not dataset.cardinality():
+        return None, f"no validation pair fits --max_length {args.max_length}: no validation"
+    return dataset, f"{int(dataset.cardinality())} batches of the {len(validation)} validation pairs validate training"
+
+
+def validation_figures(args, run, text, processor, vocabulary, model, validation):
+    """The report's `validation`: the pairs and the model's loss and NLL per
+    token on their batches (`None` without any)."""
+    dataset, what = validation_batches(args, text, processor, text.tokenizer_from_file(vocabulary), validation)
+    if dataset is None:
+        run.log(f"validation: {what}")
+        return {"pairs": len(validation), "loss": None, "nll_per_token": None}
+    results = model.evaluate(dataset, verbose=0, return_dict=True)
+    figures = {"pairs": len(validation), "loss": float(results["loss"]),
+               "nll_per_token": float(results["nll_per_token"])}
+    run.log(f"validation over {len(validation):,} pairs: loss {figures['loss']:.4f}, "
+            f"NLL per token {figures['nll_per_token']:.4f}")
+    return figures
+
+
+def train_translation(args, run, text, processor, vocabulary, tasks, validation, callbacks):
+    """Builds and fits the model, validated on the validation pairs (in
+    each direction trained); returns `(model, History)`."""
     train = tasks[args.direction]
     check_some_pair_fits(args, processor, train)
     tokenizer = text.tokenizer_from_file(vocabulary)
     if args.tasks == "both_directions":
         dataset = direction_batches(args, text, processor, tokenizer, tasks, training=True)
-        validation = counted(direction_batches(
-            args, text, processor, tokenizer, held_out_tasks(args, spread(held_out, VALIDATION_PAIRS)), training=False
-        ))
     else:
         dataset = text.translation_dataset(
             train, tokenizer, args.tokens_per_batch, args.max_length, shuffle=True, seed=args.seed
         ).repeat()
-        validation = counted(text.translation_dataset(
-            spread(held_out, VALIDATION_PAIRS), tokenizer, args.tokens_per_batch, args.max_length, shuffle=False
-        ))
-    validated = f"{int(validation.cardinality())} batches of held-out pairs validate training"
-    if not validation.cardinality():
-        validation, validated = None, f"no held-out pair fits --max_length {args.max_length}: no validation"
+    validation, validated = validation_batches(args, text, processor, tokenizer, validation)
     with run.strategy.scope():
         model = build_model(args, processor.get_piece_size())
     run.log(

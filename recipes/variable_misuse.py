@@ -5,15 +5,20 @@ Hellendoorn et al. 2020).
 Data: every function of the `.py` files under `--source_dir`, by default the
 running interpreter's own standard library (offline). Files are split whole
 into training and held-out parts (`--held_out_fraction`, by a hash of the
-path and `--seed`), identical functions are kept once, a held-out function
-that is a training function with its identifiers renamed and literals
-changed is removed (the log says how many), files that do not parse are
+path and `--seed`), and the held-out files whole again into validation
+(`--validation_files`, by another hash) and test files: `fit` validates on
+validation functions only, the test functions are scored once at the end.
+Identical functions are kept once, a validation or test function that is a
+training function with its identifiers renamed and literals changed is
+removed (the log says how many), files that do not parse are
 skipped and named. In half the functions one read of a variable is replaced
 by another variable of the same function (keras_selfattn.data.programs).
 Each function is a graph over its tokens: next token, syntax parent/child
 and sibling, last use, last write and computed-from edges, each with its
 reverse. Any folder works, however small: a batch larger than the training
-part repeats functions, validation takes what is held out (up to 512).
+part repeats functions; validation takes up to 512 validation functions,
+and a single held-out file is the test file, training then runs without
+validation (the log and the report's `splits` say so).
 
 The model: `keras_selfattn.models.VariableMisuseModel` of `--preset` (a
 `GraphTransformer`: token embeddings, pre-norm encoder blocks of relational
@@ -24,15 +29,17 @@ The relation of a pair is its edge type where it has one, else its
 distance clipped to `--max_distance`; `--edges none` gives the same model
 distance relations only (a relative-position Transformer).
 
-The run prints and writes to `--model_dir`: held-out classification
-accuracy (bug or no bug), localisation accuracy and repair accuracy (on the
-buggy functions), each next to a majority baseline, over all held-out
-functions and again without the `self` swaps (bugs whose wrong or right
-variable is `self`), in `report.json` with the scored model and the data
-counts (files, skipped files by name, functions, duplicates, near
-duplicates, edge types); a figure the held-out part cannot give (no bug in
-it, say) is null there and n/a in the printout. Also `attention.png` (the
-last block's attention over one held-out buggy function, tokens on the
+The run prints and writes to `--model_dir`: the validation accuracies, the
+test classification accuracy (bug or no bug), localisation accuracy and repair accuracy (on the
+buggy functions), each next to a majority baseline, over all test
+test functions and again without the `self` swaps (bugs whose wrong or
+right variable is `self`), in `report.json` (`validation`, `test`) with the
+scored model, the data counts (files, skipped files by name, functions,
+duplicates, near duplicates, edge types) and `splits` (functions per part,
+how they were split, validation and test files in common: computed);
+`splits.json` names the validation and test files; a figure a part cannot
+give (no bug in it, say) is null there and n/a in the printout. Also `attention.png` (the
+last block's attention over one test buggy function, tokens on the
 axes); the trained `.keras` model (saved before the evaluation: a failed
 evaluation prints the command that reruns only it, with `--evaluate_only`),
 its training history (which an `--evaluate_only` report carries again),
@@ -58,12 +65,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_selfattn.models import VARIABLE_MISUSE_PRESETS, VariableMisuseModel, repair_loss  # noqa: E402
-from recipes.common import plots  # noqa: E402
+from recipes.common import plots, splits  # noqa: E402
 
 NAME = "variable_misuse"
 EDGE_CHOICES = ("all", "none")
 PLOT_MAX_TOKENS = 48  # the attention figure's function has at most this many tokens
-VALIDATION_EXAMPLES = 512  # at most this many held-out functions are validated on each epoch
+VALIDATION_EXAMPLES = 512  # at most this many validation functions are validated on each epoch
 
 
 def build_parser():
@@ -81,6 +88,15 @@ def build_parser():
         default=0.1,
         help="share of the files held out for evaluation, chosen by a hash of each file's path and "
         "--seed (whole files: no function in both parts)",
+    )
+    data.add_argument(
+        "--validation_files",
+        type=harness.positive_int,
+        default=None,
+        help="held-out files whose functions are the validation data of training, chosen by a hash "
+        "of each path and --seed (whole files); the other held-out files are the test data, scored "
+        "(default: half the held-out files, rounded down; a single held-out file is the test file "
+        "and training runs without validation)",
     )
     data.add_argument(
         "--max_tokens",
@@ -104,7 +120,7 @@ def build_parser():
         "--eval_examples",
         type=harness.non_negative_int,
         default=0,
-        help="evaluate on at most this many held-out functions (spread over the set); 0 means all",
+        help="evaluate on at most this many test functions (spread over the set); 0 means all",
     )
     model = parser.add_argument_group("model")
     model.add_argument(
@@ -170,33 +186,39 @@ def model_sizes(args):
 
 @dataclasses.dataclass
 class Data:
-    """The examples of both parts, the vocabulary, their arrays
-    (`{"train": ..., "held_out": ...}`) and the data counts for the report."""
+    """The examples of the three parts, the vocabulary, their arrays
+    (`{"train": ..., "validation": ..., "test": ...}`), the data counts and
+    the `splits` for the report."""
 
     train: list
-    held_out: list
+    validation: list
+    test: list
     vocabulary: list
     arrays: dict
     counts: dict
+    splits: dict
 
 
 def load_data(args, run, programs):
-    """The training and held-out examples of `--source_dir` and their arrays."""
+    """The training, validation and test examples of `--source_dir` and their arrays."""
     if args.source_dir is None:
         run.log(f"default data: this interpreter's standard library, {programs.default_source_dir()}")
     try:
-        train, held_out, counts = programs.varmisuse_splits(
-            args.source_dir, held_out_fraction=args.held_out_fraction, max_tokens=args.max_tokens,
-            seed=args.seed, max_files=args.max_files, log=run.log,
+        parts, counts, files = programs.varmisuse_parts(
+            args.source_dir, held_out_fraction=args.held_out_fraction, validation_files=args.validation_files,
+            max_tokens=args.max_tokens, seed=args.seed, max_files=args.max_files, log=run.log,
         )
     except ValueError as error:
-        raise harness.UsageError(f"--source_dir: {error}") from None
+        message = str(error).replace("`validation_files`", "--validation_files")
+        raise harness.UsageError(f"--source_dir: {message}") from None
+    train, validation, test = parts["train"], parts["validation"], parts["test"]
     if args.eval_examples:
-        held_out = [held_out[i] for i in spread_rows(len(held_out), args.eval_examples)]
+        test = [test[i] for i in spread_rows(len(test), args.eval_examples)]
     counts["skipped_file_count"] = len(counts["skipped_files"])
     counts["edge_types_train"] = programs.edge_type_counts(train)
-    counts["held_out_self_swaps"] = int(self_swaps(held_out).sum())
-    for part, examples in (("train", train), ("held_out", held_out)):
+    counts["test_self_swaps"] = int(self_swaps(test).sum())
+    split_facts = split_report(args, run, files, parts, test)
+    for part, examples in (("train", train), ("validation", validation), ("test", test)):
         run.log(
             f"{part}: {len(examples)} functions ({sum(e.has_bug for e in examples)} with a bug), "
             f"{sum(len(e.graph.tokens) for e in examples):,} tokens"
@@ -209,10 +231,43 @@ def load_data(args, run, programs):
     vocabulary = programs.build_vocabulary(train, args.vocabulary_size)
     length = args.max_tokens + 1
     arrays = {
-        "train": programs.encode_examples(train, vocabulary, length),
-        "held_out": programs.encode_examples(held_out, vocabulary, length),
+        part: programs.encode_examples(examples, vocabulary, length)
+        for part, examples in (("train", train), ("validation", validation), ("test", test))
     }
-    return Data(train, held_out, vocabulary, arrays, counts)
+    return Data(train, validation, test, vocabulary, arrays, counts, split_facts)
+
+
+def split_report(args, run, files, parts, test):
+    """The report's `splits`: functions per part (test: those scored), the
+    files per part, and the files validation and test share (computed from
+    the paths); splits.json names the validation and test files."""
+    validation_files = [path for path in files["validation"]]
+    held = (
+        f"whole .py files: --held_out_fraction {args.held_out_fraction} of them held out by a hash of the "
+        "path and --seed, never trained on"
+    )
+    if not files["validation"]:
+        how = (
+            f"{held}; the {len(files['test'])} held-out file(s) too few to split again: all are test files "
+            "and training runs without validation data (the test functions are never validated on)"
+        )
+    elif not parts["validation"]:
+        how = (
+            f"{held}; {len(files['validation'])} of them are validation files by another hash, but they give "
+            "no function: training runs without validation data, the other held-out files are the test"
+        )
+    else:
+        chosen = "" if args.validation_files is not None else " (--validation_files default: half of them)"
+        how = (
+            f"{held}; of those, {len(files['validation'])} files by another hash validate{chosen}, the other "
+            f"{len(files['test'])} files are the test (counts are functions)"
+        )
+    facts = splits.splits_report(len(parts["train"]), validation_files, files["test"], how)
+    facts.update(validation=len(parts["validation"]), test=len(test))
+    facts["files"] = {part: len(paths) for part, paths in files.items()}
+    splits.log_splits(run, facts)
+    splits.write_identities(run, validation_files, files["test"], "source file path (all its functions go together)")
+    return facts
 
 
 def spread_rows(count, limit):
@@ -374,11 +429,11 @@ def _short(text, limit=18):
 
 
 def write_attention_figure(args, run, model, programs, held_out, arrays):
-    """The last block's attention over the shortest held-out buggy function
+    """The last block's attention over the shortest test buggy function
     of 24 or more tokens (or the shortest buggy one), tokens on the axes."""
     buggy = [i for i, e in enumerate(held_out) if e.has_bug and len(e.graph.tokens) <= PLOT_MAX_TOKENS]
     if not buggy:
-        run.log(f"no held-out buggy function of at most {PLOT_MAX_TOKENS} tokens: attention.png skipped")
+        run.log(f"no test buggy function of at most {PLOT_MAX_TOKENS} tokens: attention.png skipped")
         return None
     row = min(buggy, key=lambda i: (len(held_out[i].graph.tokens) < 24, abs(len(held_out[i].graph.tokens) - 36)))
     example = held_out[row]
@@ -392,10 +447,10 @@ def write_attention_figure(args, run, model, programs, held_out, arrays):
     ]
     path = plots.token_attention(
         run.path("attention.png"), weights, labels, labels, query_label="query token", key_label="key token",
-        title=f"last block's attention, edges {args.edges}: a held-out function where "
+        title=f"last block's attention, edges {args.edges}: a test function where "
         f"`{example.original_name}` was replaced by `{example.replacement_name}`",
     )
-    return run.wrote("attention weights of one held-out function", path)
+    return run.wrote("attention weights of one test function", path)
 
 
 # ------------------------------------------------------------------- main
@@ -407,15 +462,16 @@ def train(args, run, programs, data, callbacks):
     with run.strategy.scope():
         model = build_model(args, len(data.vocabulary), num_relations)
         compile_model(model, args)
-    validation_rows = spread_rows(len(data.held_out), VALIDATION_EXAMPLES)
+    validation_rows = spread_rows(len(data.validation), VALIDATION_EXAMPLES)
     log_training_sizes(args, run, model, data, len(validation_rows))
+    validation = data.arrays["validation"]
     history = run.fit(
         model,
         training_dataset(programs, data.arrays["train"], args),
         validation_data=(
-            batch_inputs(programs, data.arrays["held_out"], validation_rows, args),
-            batch_targets(data.arrays["held_out"], validation_rows),
-        ),
+            batch_inputs(programs, validation, validation_rows, args),
+            batch_targets(validation, validation_rows),
+        ) if len(validation_rows) else None,
         callbacks=callbacks,
     )
     return model, history
@@ -430,39 +486,60 @@ def log_training_sizes(args, run, model, data, validation_count):
         f"training {args.epochs} epochs x "
         f"{args.steps_per_epoch} steps of {args.batch_size} functions{repeats if args.batch_size > train_count else ''}"
     )
+    if not validation_count:
+        run.log("no validation function: training runs without validation (see the splits line above)")
+        return
     run.log(
-        f"validation after each epoch: {validation_count} of the {len(data.held_out)} held-out functions "
+        f"validation after each epoch: {validation_count} of the {len(data.validation)} validation functions "
         "(a curve to watch: nothing is chosen on it; the last epoch's model is the one scored)"
     )
 
 
+def evaluate_validation(args, run, programs, model, data):
+    """The report's `validation`: the accuracies on the validation functions
+    `fit` validated on (`spread_rows` of at most `VALIDATION_EXAMPLES`)."""
+    rows = spread_rows(len(data.validation), VALIDATION_EXAMPLES)
+    if not len(rows):
+        run.log("validation: no validation function")
+        return {"functions": 0, "accuracy": None}
+    arrays = rows_of(data.arrays["validation"], rows)
+    scores = accuracies(arrays, *predict_pointers(model, programs, arrays, args))
+    run.log(f"validation over {len(rows)} functions: " + ", ".join(
+        f"{name} {harness.figure(value, '.4f')}" for name, value in scores.items()
+    ))
+    return {"functions": int(len(rows)), "accuracy": scores}
+
+
 def evaluate(args, run, programs, model, data):
-    """Scores `model` on the held-out functions, overall and without `self`
+    """Scores `model` once on the test functions, overall and without `self`
     swaps, beside the majority baselines; writes the attention figure.
-    Returns the scores as the report's sections."""
-    held_out, train_arrays = data.arrays["held_out"], data.arrays["train"]
-    keep = ~self_swaps(data.held_out)
+    Returns the report's `test` and `attention_figure`."""
+    test, train_arrays = data.arrays["test"], data.arrays["train"]
+    keep = ~self_swaps(data.test)
     run.log(
-        f"evaluating on {len(keep)} held-out functions ({int(held_out['has_bug'].sum())} with a bug, "
+        f"evaluating on {len(keep)} test functions ({int(test['has_bug'].sum())} with a bug, "
         f"{int((~keep).sum())} of them self swaps) ..."
     )
-    bug_guess, repair_guess = predict_pointers(model, programs, held_out, args)
-    without = rows_of(held_out, keep)
+    bug_guess, repair_guess = predict_pointers(model, programs, test, args)
+    without = rows_of(test, keep)
     sections = {
-        "held_out_accuracy": accuracies(held_out, bug_guess, repair_guess),
-        "majority_baseline": majority_baseline(train_arrays, held_out),
-        "held_out_accuracy_without_self_swaps": accuracies(without, bug_guess[keep], repair_guess[keep]),
+        "accuracy": accuracies(test, bug_guess, repair_guess),
+        "majority_baseline": majority_baseline(train_arrays, test),
+        "accuracy_without_self_swaps": accuracies(without, bug_guess[keep], repair_guess[keep]),
         "majority_baseline_without_self_swaps": majority_baseline(train_arrays, without),
     }
-    for name, value in sections["held_out_accuracy"].items():
+    for name, value in sections["accuracy"].items():
         run.log(
-            f"held-out {name} accuracy: {harness.figure(value, '.4f')} (majority baseline "
+            f"test {name} accuracy: {harness.figure(value, '.4f')} (majority baseline "
             f"{harness.figure(sections['majority_baseline'][name], '.4f')}); without self swaps "
-            f"{harness.figure(sections['held_out_accuracy_without_self_swaps'][name], '.4f')} (baseline "
+            f"{harness.figure(sections['accuracy_without_self_swaps'][name], '.4f')} (baseline "
             f"{harness.figure(sections['majority_baseline_without_self_swaps'][name], '.4f')})"
         )
-    figure = write_attention_figure(args, run, model, programs, data.held_out, held_out)
-    return {**sections, "attention_figure": str(figure) if figure else None}
+    figure = write_attention_figure(args, run, model, programs, data.test, test)
+    return {
+        "test": {"functions": int(len(keep)), **sections},
+        "attention_figure": str(figure) if figure else None,
+    }
 
 
 def main(argv=None, callbacks=()):
@@ -487,7 +564,9 @@ def main(argv=None, callbacks=()):
                 "num_relations": programs.num_relations(args.max_distance),
             },
             "data": {**data.counts, "vocabulary_size": len(data.vocabulary), "length": args.max_tokens + 1},
+            "splits": data.splits,
             "training": history,
+            "validation": evaluate_validation(args, run, programs, model, data),
             **evaluate(args, run, programs, model, data),
         }
         run.export(model, NAME)

@@ -1,6 +1,7 @@
 """recipes/image_generation.py end to end on a tiny image folder made here
 (classes from sub-folders, a broken file) and on the digits: every output,
-held-out bits/dim against numpy, completions that keep the given rows,
+train, validation and test apart (fit validates on the validation images,
+test bits/dim against numpy on the test images), completions that keep the given rows,
 attention weights that reproduce the layer, and the exported signatures."""
 
 import json
@@ -13,13 +14,15 @@ from PIL import Image
 
 import recipe_checks
 from recipes import image_generation
-from recipes.common import image_attention
+from recipes.common import image_attention, splits
+from recipes.common.run import Run
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.backends("tensorflow", reason="tf.data pipeline, tf.distribute and SavedModel"),
 ]
 
+FOLDER_RUN_VALIDATION_DATA = []  # what `fit` validated on in the folder run
 TINY = ["--preset", "tiny", "--epochs", "1", "--steps_per_epoch", "2", "--batch_size", "4", "--verbose", "0"]
 
 
@@ -56,8 +59,76 @@ def folder_run(image_dir, tmp_path_factory):
         "--block_shape", "2,2", "--memory_flange", "1,1", "--samples", "2", "--completions", "2",
         "--seed", "1", *TINY,
     ]
-    report, printed = _main(argv)
+    validated = FOLDER_RUN_VALIDATION_DATA
+    fit = Run.fit
+
+    def recording_fit(self, model, train_data, *, validation_data=None, callbacks=()):
+        validated.append(validation_data)
+        return fit(self, model, train_data, validation_data=validation_data, callbacks=callbacks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "fit", recording_fit)
+        report, printed = _main(argv)
     return model_dir, report, printed
+
+
+def _folder_parts(image_dir, validation=1):
+    """`(validation, test)` pixels of the folder run's held-out images, as
+    the recipe splits them (seed 1)."""
+    from keras_selfattn.data.images import read_image_folder, split_held_out
+
+    folder = read_image_folder(image_dir, (4, 4), 3, labels_from_folders=True)
+    _, held_out = split_held_out(len(folder.pixels), 0.25, seed=1)
+    validation_rows, test_rows = splits.seeded_parts(len(held_out), validation, seed=1)
+    return folder.pixels[held_out][validation_rows], folder.pixels[held_out][test_rows], folder.labels[held_out][test_rows]
+
+
+def test_validation_and_test_are_apart_and_fit_validates_on_validation(folder_run, image_dir):
+    model_dir, _, _ = folder_run
+    validation, test, _ = _folder_parts(image_dir)
+    saved = json.loads((model_dir / "report.json").read_text())
+    assert saved["splits"]["train"] == 9 and saved["splits"]["validation"] == 1 and saved["splits"]["test"] == 2
+    assert saved["splits"]["overlap_validation_test"] == 0 and "by whole image" in saved["splits"]["how"]
+    # The identities are the real images' pixel hashes, all distinct here.
+    identities = json.loads((model_dir / "splits.json").read_text())
+    assert identities["validation"] == splits.image_ids(validation)
+    assert identities["test"] == splits.image_ids(test)
+    assert not set(identities["validation"]) & set(identities["test"])
+    # What fit validated on: exactly the validation images, none of the test ones.
+    [(inputs, targets)] = FOLDER_RUN_VALIDATION_DATA
+    assert splits.image_ids(inputs["pixels"]) == identities["validation"]
+    np.testing.assert_array_equal(targets, validation)
+    assert saved["validation"]["images"] == 1 and np.isfinite(saved["validation"]["bits_per_dim"])
+    assert saved["test"]["images"] == 2 and len(saved["training"]["val_loss"]) == 1
+
+
+class _StubRun:
+    """What `split_held_out` uses of a `Run`: log, path, wrote."""
+
+    def __init__(self, folder):
+        self.folder, self.lines = folder, []
+
+    def log(self, line):
+        self.lines.append(line)
+
+    def path(self, name):
+        return self.folder / name
+
+    def wrote(self, label, path):
+        return path
+
+
+def test_a_single_held_out_image_is_the_test_image_and_training_has_no_validation(tmp_path):
+    args = image_generation.parse_args(["--model_dir", str(tmp_path)])
+    held_out = {"pixels": np.zeros((1, 4, 4, 3), "int32")}
+    run = _StubRun(tmp_path)
+    validation, test, facts = image_generation.split_held_out(args, run, 7, held_out)
+    assert validation is None and len(test["pixels"]) == 1
+    assert facts["train"] == 7 and facts["validation"] == 0 and facts["test"] == 1
+    assert "without validation data" in facts["how"] and facts["how"] in "\n".join(run.lines)
+    args = image_generation.parse_args(["--model_dir", str(tmp_path), "--validation_images", "3"])
+    with pytest.raises(image_generation.harness.UsageError, match="--validation_images 3 must leave test images"):
+        image_generation.split_held_out(args, run, 7, {"pixels": np.zeros((3, 4, 4, 3), "int32")})
 
 
 def test_help_explains_every_flag():
@@ -82,11 +153,9 @@ def test_folder_run_writes_grids_report_and_saved_model(folder_run):
         "report.json",
     ):
         assert (model_dir / name).is_file(), name
-    assert json.loads((model_dir / "report.json").read_text())["held_out_bits_per_dim"] == report[
-        "held_out_bits_per_dim"
-    ]
+    assert json.loads((model_dir / "report.json").read_text())["test"] == report["test"]
     listing = printed[printed.index("written:"):].splitlines()[1:]
-    assert len(listing) == len(report["outputs"]) >= 8
+    assert len(listing) == len(report["outputs"]) >= 9
     for line in listing:
         assert Path(line.split()[-1]).exists(), line
     assert "broken.png" in printed and "1 skipped" in printed, "the broken file is not named and counted"
@@ -96,19 +165,15 @@ def test_folder_run_writes_grids_report_and_saved_model(folder_run):
     assert samples.std() > 0 and matplotlib.image.imread(model_dir / "attention.png").std() > 0
 
 
-def test_held_out_bits_per_dim_matches_numpy(folder_run, image_dir):
-    from keras_selfattn.data.images import read_image_folder, split_held_out
-
+def test_test_bits_per_dim_matches_numpy(folder_run, image_dir):
     model_dir, report, _ = folder_run
-    folder = read_image_folder(image_dir, (4, 4), 3, labels_from_folders=True)
-    _, test = split_held_out(len(folder.pixels), 0.25, seed=1)
-    pixels, labels = folder.pixels[test], folder.labels[test]
+    _, pixels, labels = _folder_parts(image_dir)
     model = keras.models.load_model(model_dir / "image_generation.keras")
     logits = keras.ops.convert_to_numpy(model({"pixels": pixels, "class_label": labels})).astype("float64")
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     nats = -np.take_along_axis(log_probs, pixels[..., None], axis=-1).mean()
-    assert report["held_out_bits_per_dim"] == pytest.approx(nats / np.log(2), rel=1e-4)
+    assert report["test"]["bits_per_dim"] == pytest.approx(nats / np.log(2), rel=1e-4)
 
 
 def test_completions_keep_the_given_rows_exactly(folder_run):
@@ -185,7 +250,10 @@ def test_digits_run_unconditional_local_1d(tmp_path):
             "--temperature", "0.8", "--top_p", "0.9", *TINY]
     report, _ = _main(argv)
     assert report["data"] == {"source": "digits", "train_images": 1438, "held_out_images": 359}
-    assert report["held_out_bits_per_dim"] < report["uniform_bits_per_dim"]
+    splits_facts = report["splits"]
+    assert (splits_facts["train"], splits_facts["validation"], splits_facts["test"]) == (1438, 179, 180)
+    assert splits_facts["overlap_validation_test"] == 0
+    assert report["test"]["bits_per_dim"] < report["uniform_bits_per_dim"]
     assert report["sampling"] == {"temperature": 0.8, "top_k": 0, "top_p": 0.9}
     assert (tmp_path / "samples.png").is_file() and (tmp_path / "attention.png").is_file()
 
@@ -194,7 +262,7 @@ def test_digits_run_relative_local_2d(tmp_path):
     argv = ["--model_dir", str(tmp_path), "--samples", "1", "--completions", "1", "--attention", "relative_local_2d",
             "--block_shape", "2,4", "--memory_flange", "1,2", *TINY]
     report, _ = _main(argv)
-    assert report["held_out_bits_per_dim"] < report["uniform_bits_per_dim"]
+    assert report["test"]["bits_per_dim"] < report["uniform_bits_per_dim"]
     model = keras.models.load_model(tmp_path / "image_generation.keras")
     assert model.decoder_config["attention"] == "relative_local_2d"
     assert (tmp_path / "samples.png").is_file() and (tmp_path / "attention.png").is_file()
@@ -214,8 +282,11 @@ def test_photos_run_holds_out_whole_pictures(tmp_path):
     assert report["data"] == {"source": "photos", "train_images": len(train), "held_out_images": len(test)}
     assert "held out by picture" in printed
     histogram = np.bincount(train.ravel(), minlength=256) + 1.0
-    expected = -np.mean(np.log2(histogram[test.ravel()] / histogram.sum()))
-    assert report["pixel_histogram_bits_per_dim"] == pytest.approx(expected)
+    tested = set(json.loads((tmp_path / "splits.json").read_text())["test"])
+    test_patches = test[[identity in tested for identity in splits.image_ids(test)]]
+    assert len(test_patches) == report["splits"]["test"] == report["test"]["images"]
+    expected = -np.mean(np.log2(histogram[test_patches.ravel()] / histogram.sum()))
+    assert report["test"]["pixel_histogram_bits_per_dim"] == pytest.approx(expected)
     with pytest.raises(image_generation.harness.UsageError, match="--conditional needs class labels"):
         _main([*argv, "--conditional"])
 
@@ -243,8 +314,9 @@ def small_folder_run(tmp_path_factory):
 def test_a_small_folder_runs_with_the_default_flags(small_folder_run):
     _, model_dir, report, printed = small_folder_run
     assert report["data"]["train_images"] == 12 and report["data"]["held_out_images"] == 3
-    assert "3 held out (the first 3 of them validate training)" in printed
-    assert len(report["training"]["val_loss"]) == 1 and np.isfinite(report["held_out_bits_per_dim"])
+    assert "1 validation images validate training" in printed
+    assert (report["splits"]["validation"], report["splits"]["test"]) == (1, 2)
+    assert len(report["training"]["val_loss"]) == 1 and np.isfinite(report["test"]["bits_per_dim"])
     recipe_checks.assert_report_records_the_scored_model(model_dir, "image_generation")
     assert report["model"]["image_shape"] == [4, 4, 3] and report["model"]["class"] == "ImageTransformer"
 
@@ -254,7 +326,7 @@ def test_evaluate_only_reproduces_the_held_out_figures(small_folder_run, tmp_pat
     again, _ = recipe_checks.evaluate_only(
         image_generation.main, argv, model_dir, tmp_path / "again", ["image_generation.keras"]
     )
-    for figure in ("held_out_bits_per_dim", "pixel_histogram_bits_per_dim", "completions"):
+    for figure in ("test", "validation", "splits", "completions"):
         assert again[figure] == report[figure], figure
     completions = [np.load(folder / "completions.npz")["completions"] for folder in (model_dir, tmp_path / "again")]
     np.testing.assert_array_equal(*completions)

@@ -1,6 +1,7 @@
 """recipes/translate.py end to end on a small English-French TSV written here,
-translated French to English: every output, the BLEU and chrF report
-against sacrebleu on the written translations, the exported `translate`
+translated French to English: every output, train, validation and test
+apart (by English sentence; fit validates on the validation pairs), the
+test BLEU and chrF report against sacrebleu on the written translations, the exported `translate`
 signature against the recipe's own translations, and the usage errors."""
 
 import json
@@ -11,6 +12,7 @@ import pytest
 
 import recipe_checks
 from recipes import translate
+from recipes.common.run import Run
 
 pytestmark = [
     pytest.mark.slow,
@@ -20,6 +22,7 @@ pytestmark = [
 ANIMALS = [("cat", "chat"), ("dog", "chien"), ("horse", "cheval"), ("bird", "oiseau")]
 COLOURS = [("black", "noir"), ("white", "blanc"), ("green", "vert"), ("grey", "gris")]
 MOODS = [("small", "petit"), ("tall", "grand"), ("happy", "content"), ("tired", "fatigué")]
+SHORT_RUN_VALIDATION_DATA = []  # what `fit` validated on in the short run
 TINY = [
     "--epochs", "2", "--steps_per_epoch", "2", "--tokens_per_batch", "256", "--max_length", "24",
     "--held_out_fraction", "0.1", "--beam_size", "2", "--decode_batch_size", "8",
@@ -58,8 +61,49 @@ def short_run(pairs_tsv, tmp_path_factory):
         "--pairs_tsv", str(pairs_tsv), "--direction", "reverse", "--position", "shaw",
         "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export"), *TINY,
     ]
-    report, printed = _main(argv)
+    fit = Run.fit
+
+    def recording_fit(self, model, train_data, *, validation_data=None, callbacks=()):
+        SHORT_RUN_VALIDATION_DATA.append(validation_data)
+        return fit(self, model, train_data, validation_data=validation_data, callbacks=callbacks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "fit", recording_fit)
+        report, printed = _main(argv)
     return model_dir, report, printed
+
+
+def _decoded(processor, ids):
+    return processor.decode([int(i) for i in ids if i > 1])  # not padding (0) nor the end (1)
+
+
+def test_validation_and_test_pairs_are_apart_and_fit_validates_on_validation(short_run):
+    import sentencepiece
+
+    model_dir, _, _ = short_run
+    saved = json.loads((model_dir / "report.json").read_text())
+    facts = saved["splits"]
+    # 64 English sentences, 6 held out (0.1): 3 validate (at most half), 3 are the test.
+    assert (facts["train"], facts["validation"], facts["test"]) == (58, 3, 3)
+    assert facts["overlap_validation_test"] == 0 and "by whole first-side sentence" in facts["how"]
+    identities = json.loads((model_dir / "splits.json").read_text())
+    english = {english for english, _ in _pairs()}
+    assert len(identities["validation"]) == 3 and len(identities["test"]) == 3
+    assert set(identities["validation"]) <= english and set(identities["test"]) <= english
+    assert not set(identities["validation"]) & set(identities["test"])
+    # The test pairs scored are the test sentences' (reverse: the English side is the reference).
+    assert {row[1] for row in _translations(model_dir)} == set(identities["test"])
+    # fit validated on the validation pairs only: their French sources and English targets.
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / translate.SENTENCEPIECE_FILE))
+    [validation_data] = SHORT_RUN_VALIDATION_DATA
+    targets = sorted(
+        _decoded(processor, row) for inputs, target in validation_data for row in target.numpy()
+    )
+    # (pairs with a side over --max_length 24 pieces are left out, as in training)
+    assert targets and set(targets) <= set(identities["validation"])
+    assert not set(targets) & set(identities["test"])
+    assert saved["validation"]["pairs"] == 3 and np.isfinite(saved["validation"]["nll_per_token"])
+    assert len(saved["training"]["val_loss"]) == 2 and saved["test"]["pairs"] == 3
 
 
 def _translations(model_dir):
@@ -89,9 +133,9 @@ def test_short_run_writes_every_output_and_lists_it(short_run, pairs_tsv):
     ):
         assert (model_dir / name).is_file(), name
     assert list((model_dir / "logs").rglob("events.out.tfevents.*"))
-    assert json.loads((model_dir / "report.json").read_text())["held_out"] == report["held_out"]
+    assert json.loads((model_dir / "report.json").read_text())["test"] == report["test"]
     listing = printed[printed.index("written:"):].splitlines()[1:]
-    assert len(listing) == len(report["outputs"]) >= 8
+    assert len(listing) == len(report["outputs"]) >= 9
     for line in listing:
         assert Path(line.split()[-1]).exists(), line
     assert f"{pairs_tsv}: 64 pairs from 67 lines; skipped: 1 blank, 1 no_tab, 1 duplicate" in printed
@@ -102,8 +146,8 @@ def test_french_sources_and_english_references(short_run):
     _, report, printed = short_run
     french = {french for _, french in _pairs()}
     english = {english for english, _ in _pairs()}
-    held_out = report["held_out"]
-    assert held_out["pairs"] == report["data"]["held_out_pairs"] == 6
+    test = report["test"]
+    assert test["pairs"] == report["data"]["test_pairs"] == 3 and report["data"]["validation_pairs"] == 3
     for sample in report["samples"]:
         assert sample["source"] in french and sample["reference"] in english
         assert f"reference: {sample['reference']}" in printed
@@ -115,7 +159,7 @@ def test_bleu_and_chrf_report_is_sacrebleu_on_the_written_translations(short_run
     model_dir, report, _ = short_run
     rows = _translations(model_dir)
     sources, references = [row[0] for row in rows], [row[1] for row in rows]
-    scores = report["held_out"]["scores"]
+    scores = report["test"]["scores"]
     for name, hypotheses in (("greedy", [r[2] for r in rows]), ("beam", [r[3] for r in rows]), ("copy_source", sources)):
         assert scores[name]["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
         assert scores[name]["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2)
@@ -197,7 +241,8 @@ def test_evaluate_only_reproduces_the_held_out_figures(short_run, pairs_tsv, tmp
     again, _ = recipe_checks.evaluate_only(
         translate.main, argv, model_dir, tmp_path / "again", ["translation.keras", translate.SENTENCEPIECE_FILE]
     )
-    assert again["held_out"] == report["held_out"] and again["samples"] == report["samples"]
+    assert again["test"] == report["test"] and again["samples"] == report["samples"]
+    assert again["validation"] == report["validation"] and again["splits"] == report["splits"]
     with pytest.raises(translate.harness.UsageError, match="--evaluate_only needs the trained model's vocabulary"):
         translate.main([*argv, "--model_dir", str(tmp_path / "empty"), "--evaluate_only"])
 
@@ -220,15 +265,15 @@ def both_directions_run(pairs_tsv, tmp_path_factory):
     return model_dir, report, printed
 
 
-def test_both_directions_report_each_directions_held_out_scores(both_directions_run):
+def test_both_directions_report_each_directions_test_scores(both_directions_run):
     _, report, printed = both_directions_run
     data = report["data"]
     assert data["tasks"] == "both_directions" and data["low_resource_fraction"] == 0.5
     # --direction reverse (French to English) keeps half its 58 training pairs; forward keeps them all.
     assert data["train_pairs_by_direction"] == {"reverse": 29, "forward": 58} and data["train_pairs"] == 29
     assert data["direction_prefixes"] == {"reverse": "<reverse> ", "forward": "<forward> "}
-    by_direction = report["held_out_by_direction"]
-    assert by_direction["reverse"] == report["held_out"]["scores"]
+    by_direction = report["test_by_direction"]
+    assert by_direction["reverse"] == report["test"]["scores"]
     assert set(by_direction["forward"]) == {"greedy", "beam", "copy_source"}
     for scores in by_direction.values():
         assert 0 <= scores["beam"]["bleu"] <= 100 and "nrefs:1" in scores["beam"]["bleu_signature"]
@@ -310,8 +355,6 @@ def test_both_directions_batches_lead_each_source_with_its_direction_token(both_
 def test_both_directions_hold_out_the_same_pairs(tmp_path):
     """Split by the first side whichever the direction: a reverse split by
     French sentences would part the two French variants of an English one."""
-    from types import SimpleNamespace
-
     from keras_selfattn.data import text
 
     pairs_tsv = tmp_path / "variants.tsv"
@@ -321,9 +364,57 @@ def test_both_directions_hold_out_the_same_pairs(tmp_path):
 
     def split(direction):
         argv = ["--model_dir", str(tmp_path / "out"), "--pairs_tsv", str(pairs_tsv), "--direction", direction, *TINY]
-        train, held_out, _ = translate.load_pairs(translate.parse_args(argv), SimpleNamespace(log=print), text)
-        return train, held_out
+        train, validation, test, _, facts = translate.load_pairs(translate.parse_args(argv), _StubRun(tmp_path), text)
+        return train, validation, test, facts
 
-    (forward_train, forward_held_out), (reverse_train, reverse_held_out) = split("forward"), split("reverse")
-    assert forward_held_out and reverse_held_out == [(target, source) for source, target in forward_held_out]
-    assert reverse_train == [(target, source) for source, target in forward_train]
+    forward, reverse = split("forward"), split("reverse")
+    for forward_part, reverse_part in zip(forward[:3], reverse[:3]):
+        assert forward_part and reverse_part == [(target, source) for source, target in forward_part]
+    assert forward[3] == reverse[3]
+    # Both French variants of an English sentence land in one part.
+    assert not {english for english, _ in forward[1]} & {english for english, _ in forward[2]}
+
+
+class _StubRun:
+    """What `load_pairs` uses of a `Run`: log, path, wrote."""
+
+    def __init__(self, folder):
+        self.folder, self.lines = folder, []
+
+    def log(self, line):
+        self.lines.append(line)
+
+    def path(self, name):
+        return self.folder / name
+
+    def wrote(self, label, path):
+        return path
+
+
+def test_held_out_pairs_too_few_to_split_are_all_test_and_say_so(tmp_path):
+    from keras_selfattn.data import text
+
+    pairs_tsv = tmp_path / "few.tsv"
+    # 4 English sentences, the held-out one with two French variants: no validation fits in 1 pair.
+    pairs_tsv.write_text("".join(
+        f"{english}\t{french}{ending}\n" for english, french in _pairs()[:4] for ending in ("", " !")
+    ), encoding="utf-8")
+    argv = ["--model_dir", str(tmp_path), "--pairs_tsv", str(pairs_tsv), "--held_out_fraction", "0.25"]
+    run = _StubRun(tmp_path)
+    train, validation, test, _, facts = translate.load_pairs(translate.parse_args(argv), run, text)
+    assert (len(train), validation, len(test)) == (6, [], 2)
+    assert (facts["train"], facts["validation"], facts["test"], facts["overlap_validation_test"]) == (6, 0, 2, 0)
+    assert "training runs without validation data" in facts["how"] and facts["how"] in "\n".join(run.lines)
+    with pytest.raises(translate.harness.UsageError, match="--validation_pairs 2 must leave test pairs"):
+        translate.load_pairs(translate.parse_args([*argv, "--validation_pairs", "2"]), run, text)
+
+
+def test_split_pairs_by_source_keeps_sources_whole():
+    from keras_selfattn.data import text
+
+    pairs = [(f"s{index // 2}", f"t{index}") for index in range(20)]
+    chosen, rest = text.split_pairs_by_source(pairs, 5, seed=0)
+    assert len(chosen) == 4 and len(rest) == 16 and chosen + rest != pairs
+    assert not {s for s, _ in chosen} & {s for s, _ in rest}
+    assert sorted(chosen + rest) == sorted(pairs)
+    assert (chosen, rest) == text.split_pairs_by_source(pairs, 5, seed=0)

@@ -1,9 +1,10 @@
 """recipes/variable_misuse.py end to end on folders of Python files made
-here: every output, the held-out accuracies (overall and without `self`
-swaps) against the saved model's own pointers scored in numpy, the majority
+here: every output, train, validation and test apart by whole file (fit
+validates on the validation functions), the test accuracies (overall and
+without `self` swaps) against the saved model's own pointers scored in numpy, the majority
 baselines against counts of the examples, a three-file folder on the
-default data and batch flags (a held-out part without a bug: null
-figures), `--evaluate_only` and the rerun command a failed evaluation
+default data and batch flags (a single held-out file: the test, no
+validation; a test part without a bug: null figures), `--evaluate_only` and the rerun command a failed evaluation
 prints, the serving export against the saved model, the model against the
 recipe's earlier inline encoder, and the flags' checks."""
 
@@ -24,12 +25,14 @@ from keras_selfattn.data import programs
 from keras_selfattn.models import VARIABLE_MISUSE_PRESETS, VariableMisuseModel
 from recipes import variable_misuse
 from recipes.common import harness
+from recipes.common.run import Run
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.backends("tensorflow", reason="tf.data pipeline and tf.distribute"),
 ]
 
+SHORT_RUN_VALIDATION_DATA = []  # what `fit` validated on in the short run
 MAX_TOKENS = 55
 TINY_MODEL = ["--num_layers", "1", "--hidden_dim", "16", "--num_heads", "2", "--feedforward_dim", "16"]
 TINY = [
@@ -76,16 +79,65 @@ def _main(argv):
 def short_run(source_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("run")
     export_dir = model_dir / "exports"
-    report, printed = _main(
-        ["--model_dir", str(model_dir), "--source_dir", str(source_dir), "--export_dir", str(export_dir), *TINY]
-    )
+    fit = Run.fit
+
+    def recording_fit(self, model, train_data, *, validation_data=None, callbacks=()):
+        SHORT_RUN_VALIDATION_DATA.append(validation_data)
+        return fit(self, model, train_data, validation_data=validation_data, callbacks=callbacks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "fit", recording_fit)
+        report, printed = _main(
+            ["--model_dir", str(model_dir), "--source_dir", str(source_dir), "--export_dir", str(export_dir), *TINY]
+        )
     return model_dir, report, printed
 
 
 def _splits(source_dir):
-    return programs.varmisuse_splits(
+    """`(train, test, (parts, report, files))` as the short run splits them."""
+    parts, report, files = programs.varmisuse_parts(
         source_dir, held_out_fraction=0.3, max_tokens=MAX_TOKENS, seed=1, log=lambda line: None
     )
+    return parts["train"], parts["test"], (parts, report, files)
+
+
+def test_validation_and_test_are_apart_by_file_and_fit_validates_on_validation(short_run, source_dir):
+    model_dir, _, _ = short_run
+    train, test, (parts, _, files) = _splits(source_dir)
+    saved = json.loads((model_dir / "report.json").read_text())
+    facts = saved["splits"]
+    assert (facts["train"], facts["validation"], facts["test"]) == (len(train), len(parts["validation"]), len(test))
+    assert facts["validation"] > 0 and facts["test"] > 0 and facts["overlap_validation_test"] == 0
+    assert facts["files"] == {part: len(paths) for part, paths in files.items()} and facts["files"]["validation"] >= 1
+    assert "whole .py files" in facts["how"]
+    # The identities are the real files: no file in two parts, and every function
+    # of a validation file is read from that file alone.
+    identities = json.loads((model_dir / "splits.json").read_text())
+    assert identities["validation"] == files["validation"] and identities["test"] == files["test"]
+    assert not set(identities["validation"]) & set(identities["test"])
+    assert not set(files["train"]) & (set(identities["validation"]) | set(identities["test"]))
+    validation_sources = "".join(Path(path).read_text() for path in identities["validation"])
+    test_sources = "".join(Path(path).read_text() for path in identities["test"])
+    for example in parts["validation"]:
+        name = example.graph.texts[1]  # def NAME(...)
+        assert f"def {name}(" in validation_sources and f"def {name}(" not in test_sources
+    # fit validated on exactly the validation functions.
+    [(inputs, targets)] = SHORT_RUN_VALIDATION_DATA
+    expected = programs.encode_examples(parts["validation"], programs.build_vocabulary(train, 8000), MAX_TOKENS + 1)
+    np.testing.assert_array_equal(inputs["token_ids"], expected["token_ids"])
+    np.testing.assert_array_equal(targets["bug"], expected["bug_position"])
+    assert saved["validation"]["functions"] == len(parts["validation"]) and len(saved["training"]["val_loss"]) == 2
+    assert set(saved["validation"]["accuracy"]) == {"classification", "localisation", "repair", "localisation_and_repair"}
+
+
+def test_split_validation_files_is_by_hash_and_leaves_test_files():
+    files = [f"/src/module_{index}.py" for index in range(7)]
+    validation, test = programs.split_validation_files(files, None, seed=1, root="/src")
+    assert len(validation) == 3 and len(test) == 4 and sorted(validation + test) == sorted(files)
+    assert programs.split_validation_files(files, None, seed=1, root="/src") == (validation, test)
+    assert programs.split_validation_files(["/src/one.py"], None, seed=1) == ([], ["/src/one.py"])
+    with pytest.raises(ValueError, match="`validation_files` 7 must leave test files"):
+        programs.split_validation_files(files, 7, seed=1)
 
 
 def test_the_run_names_the_broken_file_and_writes_every_output(short_run, source_dir):
@@ -100,7 +152,7 @@ def test_the_run_names_the_broken_file_and_writes_every_output(short_run, source
     ):
         assert name in written
     saved = json.loads((model_dir / "report.json").read_text())
-    assert saved["held_out_accuracy"] == report["held_out_accuracy"]
+    assert saved["test"] == report["test"] and saved["splits"] == report["splits"]
     assert saved["model"]["class"] == "VariableMisuseModel" and saved["model"]["preset"] == "small"
     assert saved["model"]["parameters"] == keras.models.load_model(model_dir / "variable_misuse.keras").count_params()
     assert saved["training"] == json.loads((model_dir / "variable_misuse_history.json").read_text())
@@ -112,9 +164,11 @@ def test_the_run_names_the_broken_file_and_writes_every_output(short_run, source
 
 def test_held_out_functions_are_not_training_functions_renamed(short_run):
     _, report, printed = short_run
-    held_out = report["data"]["held_out"]
-    assert held_out["near_duplicates"] == 0 and held_out["examples"]["kept"] >= 10
-    assert f"removed 0 of {held_out['functions']} held-out functions" in printed
+    for part in ("validation", "test"):
+        held_out = report["data"][part]
+        assert held_out["near_duplicates"] == 0 and held_out["examples"]["kept"] >= 3
+        assert f"removed 0 of {held_out['functions']} {part} functions" in printed
+    assert report["data"]["validation"]["examples"]["kept"] + report["data"]["test"]["examples"]["kept"] >= 10
 
 
 def _scores(examples, bug_guess, repair_guess):
@@ -151,12 +205,12 @@ def _is_self_swap(example):
     return example.has_bug and "self" in (example.original_name, example.replacement_name)
 
 
-def test_held_out_accuracies_are_the_saved_models_pointers_scored_here(short_run, source_dir):
+def test_test_accuracies_are_the_saved_models_pointers_scored_here(short_run, source_dir):
     model_dir, report, _ = short_run
     train, held_out, _ = _splits(source_dir)
     swaps = [_is_self_swap(example) for example in held_out]
-    assert 0 < sum(swaps) < sum(example.has_bug for example in held_out)  # both kinds of bug held out
-    assert report["data"]["held_out_self_swaps"] == sum(swaps)
+    assert 0 < sum(swaps) < sum(example.has_bug for example in held_out)  # both kinds of bug in the test
+    assert report["data"]["test_self_swaps"] == sum(swaps)
     vocabulary = programs.build_vocabulary(train, 8000)
     arrays = programs.encode_examples(held_out, vocabulary, MAX_TOKENS + 1)
     model = keras.models.load_model(model_dir / "variable_misuse.keras")
@@ -167,14 +221,14 @@ def test_held_out_accuracies_are_the_saved_models_pointers_scored_here(short_run
     keep = ~np.array(swaps)
     without = [example for example, swap in zip(held_out, swaps) if not swap]
     expected = {
-        "held_out_accuracy": _scores(held_out, bug_guess, repair_guess),
-        "held_out_accuracy_without_self_swaps": _scores(without, bug_guess[keep], repair_guess[keep]),
+        "accuracy": _scores(held_out, bug_guess, repair_guess),
+        "accuracy_without_self_swaps": _scores(without, bug_guess[keep], repair_guess[keep]),
         "majority_baseline": _majority_baseline(train, held_out),
         "majority_baseline_without_self_swaps": _majority_baseline(train, without),
     }
     for section, scores in expected.items():
-        assert report[section] == pytest.approx(scores), section
-    assert 0 < report["majority_baseline"]["repair"] < 1
+        assert report["test"][section] == pytest.approx(scores), section
+    assert 0 < report["test"]["majority_baseline"]["repair"] < 1
 
 
 def test_majority_baselines_are_the_training_sets_most_frequent_answers():
@@ -255,22 +309,27 @@ def test_a_three_file_folder_trains_on_the_default_flags_and_says_what_it_chose(
     config = report["model"]["config"]
     assert report["model"]["preset"] == "tiny"
     assert {name: config[name] for name in VARIABLE_MISUSE_PRESETS["tiny"]} == VARIABLE_MISUSE_PRESETS["tiny"]
-    assert report["data"]["train"]["files"] == 2 and report["data"]["held_out"]["files"] == 1
+    assert report["data"]["train"]["files"] == 2 and report["data"]["test"]["files"] == 1
+    assert report["data"]["validation"]["files"] == 0
     assert "training 1 epochs x 2 steps of 32 functions (more than the 4 training functions" in printed
-    assert "validation after each epoch: 1 of the 1 held-out functions" in printed
-    assert len(report["training"]["val_loss"]) == 1
+    # One held-out file: it is the test file, and training runs without validation, said so.
+    facts = report["splits"]
+    assert (facts["train"], facts["validation"], facts["test"], facts["overlap_validation_test"]) == (4, 0, 1, 0)
+    assert "too few to split again" in facts["how"] and facts["how"] in printed
+    assert "no validation function: training runs without validation" in printed
+    assert "val_loss" not in report["training"] and report["validation"] == {"functions": 0, "accuracy": None}
     assert json.loads((model_dir / "report.json").read_text())["data"] == report["data"]
 
 
-def test_a_held_out_part_without_a_bug_writes_null_figures(small_folder_run):
+def test_a_test_part_without_a_bug_writes_null_figures(small_folder_run):
     model_dir, report, printed = small_folder_run
     saved = json.loads((model_dir / "report.json").read_text())
-    assert report["data"]["held_out"]["examples"] == {"kept": 1, "with_bug": 0, "no_possible_bug": 1}
-    for section in ("held_out_accuracy", "majority_baseline", "held_out_accuracy_without_self_swaps"):
-        assert saved[section]["classification"] in (0.0, 1.0)
-        assert saved[section]["localisation"] is None
-        assert saved[section]["repair"] is None and saved[section]["localisation_and_repair"] is None
-    assert "held-out localisation accuracy: n/a (majority baseline n/a)" in printed
+    assert report["data"]["test"]["examples"] == {"kept": 1, "with_bug": 0, "no_possible_bug": 1}
+    for section in ("accuracy", "majority_baseline", "accuracy_without_self_swaps"):
+        assert saved["test"][section]["classification"] in (0.0, 1.0)
+        assert saved["test"][section]["localisation"] is None
+        assert saved["test"][section]["repair"] is None and saved["test"][section]["localisation_and_repair"] is None
+    assert "test localisation accuracy: n/a (majority baseline n/a)" in printed
     assert saved["attention_figure"] is None
 
 
@@ -319,10 +378,7 @@ def test_evaluate_only_reproduces_the_figures_from_the_saved_model(rerun, short_
     _, trained, _ = short_run
     assert f"--evaluate_only: loading {Path(argv[1]) / 'variable_misuse.keras'}" in printed
     assert "training done" not in printed
-    for section in (
-        "held_out_accuracy", "majority_baseline", "held_out_accuracy_without_self_swaps",
-        "majority_baseline_without_self_swaps", "training",
-    ):
+    for section in ("test", "validation", "splits", "training"):
         assert report[section] == trained[section], section
     assert report["model"]["parameters"] == trained["model"]["parameters"]
 
@@ -479,7 +535,7 @@ def test_help_explains_every_flag():
         assert action.help, f"{action.option_strings} has no help text"
     text = parser.format_help()
     for flag in (
-        "--source_dir", "--held_out_fraction", "--max_tokens", "--max_files", "--vocabulary_size",
+        "--source_dir", "--held_out_fraction", "--validation_files", "--max_tokens", "--max_files", "--vocabulary_size",
         "--eval_examples", "--edges", "--max_distance", "--preset", "--num_layers", "--hidden_dim", "--num_heads",
         "--feedforward_dim", "--dropout", "--epochs", "--steps_per_epoch", "--batch_size", "--learning_rate",
         "--seed", "--strategy", "--mixed_precision", "--model_dir", "--export_dir", "--evaluate_only",

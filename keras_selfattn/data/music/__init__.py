@@ -46,6 +46,7 @@ Example:
 """
 
 from keras_selfattn.data.cache import DATA_ENV_VAR
+from keras_selfattn.data.music.audio import events_to_wav
 from keras_selfattn.data.music.events import (
     EOS_ID,
     MAX_PITCH,
@@ -121,6 +122,7 @@ __all__ = [
     "event_id_ranges",
     "events_to_midi",
     "events_to_note_sequence",
+    "events_to_wav",
     "find_midi_files",
     "load_note_sequence",
     "load_performances",

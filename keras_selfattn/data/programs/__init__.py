@@ -42,11 +42,13 @@ Example:
 
 from keras_selfattn.data.programs.corpus import (
     collect_functions,
+    collect_parts,
     default_source_dir,
     find_python_files,
     normalised_form,
     read_functions,
     split_files,
+    split_validation_files,
 )
 from keras_selfattn.data.programs.examples import (
     EDGE_PRIORITY,
@@ -66,6 +68,7 @@ from keras_selfattn.data.programs.examples import (
     num_relations,
     relation_ids,
     replace_token,
+    varmisuse_parts,
     varmisuse_splits,
 )
 from keras_selfattn.data.programs.graphs import (
@@ -95,6 +98,7 @@ __all__ = [
     "bug_candidates",
     "build_vocabulary",
     "collect_functions",
+    "collect_parts",
     "default_source_dir",
     "edge_matrix",
     "edge_type_counts",
@@ -110,6 +114,8 @@ __all__ = [
     "relation_ids",
     "replace_token",
     "split_files",
+    "split_validation_files",
     "tokenize_source",
+    "varmisuse_parts",
     "varmisuse_splits",
 ]

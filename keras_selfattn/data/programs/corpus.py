@@ -115,6 +115,54 @@ def split_files(files, held_out_fraction, seed=0, root=None):
     return train, held_out
 
 
+def split_validation_files(held_out_files, validation_files=None, seed=0, root=None):
+    """`(validation, test)` lists of whole held-out files: the
+    `validation_files` whose hash of their name (relative to `root`) and
+    `seed` is lowest validate, the others are the test (default: half the
+    held-out files, rounded down, so a single held-out file is the test).
+
+    Raises:
+        ValueError: `validation_files` leaves no test file.
+    """
+    count = len(held_out_files) // 2 if validation_files is None else validation_files
+    if count >= len(held_out_files) and held_out_files:
+        raise ValueError(
+            f"`validation_files` {count} must leave test files: there are {len(held_out_files)} held-out files"
+        )
+
+    def score(path):
+        name = (Path(path).relative_to(root) if root is not None else Path(path)).as_posix()
+        return _unit_hash(f"{seed}:validation:{name}")
+
+    chosen = set(sorted(held_out_files, key=score)[:count])
+    return [p for p in held_out_files if p in chosen], [p for p in held_out_files if p not in chosen]
+
+
+def collect_parts(files_by_part, log=print):
+    """`collect_functions` for any parts, the first the training one:
+    `({part: function sources}, report)`. An identical function is kept in
+    the first part that holds it; a function of a later part with the
+    `normalised_form` of a training function is dropped (counted as its
+    part's `near_duplicates`)."""
+    seen = set()
+    parts, report = {}, {"skipped_files": []}
+    for name, files in files_by_part.items():
+        parts[name], duplicates = _read_part(files, seen, report["skipped_files"], log)
+        report[name] = {"files": len(files), "functions": len(parts[name]), "duplicates": duplicates}
+    first, *later = files_by_part
+    train_forms = {normalised_form(text) for text in parts[first]}
+    for name in later:
+        kept = [text for text in parts[name] if normalised_form(text) not in train_forms]
+        near_duplicates = len(parts[name]) - len(kept)
+        log(
+            f"removed {near_duplicates} of {len(parts[name])} {name} functions: each is a training "
+            "function with its identifiers renamed and literals changed (same normalised form)"
+        )
+        parts[name] = kept
+        report[name].update(functions=len(kept), near_duplicates=near_duplicates)
+    return parts, report
+
+
 def _unit_hash(text):
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16) / 16**12
 
@@ -209,9 +257,11 @@ def _read_part(files, seen, skipped, log):
 
 __all__ = [
     "collect_functions",
+    "collect_parts",
     "default_source_dir",
     "find_python_files",
     "normalised_form",
     "read_functions",
     "split_files",
+    "split_validation_files",
 ]

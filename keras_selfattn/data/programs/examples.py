@@ -265,6 +265,50 @@ def varmisuse_splits(source_dir=None, *, held_out_fraction=0.1, max_tokens=255, 
     return parts["train"], parts["held_out"], report
 
 
+def varmisuse_parts(source_dir=None, *, held_out_fraction=0.1, validation_files=None, max_tokens=255, seed=0,
+                    max_files=0, log=print):
+    """Training, validation and test VarMisuse examples, split by whole file.
+
+    As `varmisuse_splits`, with the held-out files split again
+    (`corpus.split_validation_files`): `validation_files` of them (by a hash
+    of the path and `seed`; default half, rounded down) are the validation
+    part, the others the test part. No file and no identical function is in
+    two parts; validation and test functions that are training functions
+    renamed are dropped.
+
+    Returns:
+        `(examples, report, files)`: `{"train" | "validation" | "test":
+        examples}`, the report (counts per part, as `varmisuse_splits`), and
+        `{part: [file paths]}`. The validation part may be empty (no
+        validation file, or none gives an example); the others may not.
+
+    Raises:
+        ValueError: no `.py` file, a training or test part without any
+            example, or `validation_files` that leaves no test file.
+    """
+    from keras_selfattn.data.programs import corpus
+
+    source_dir = corpus.default_source_dir() if source_dir is None else source_dir
+    files = corpus.find_python_files(source_dir)
+    train_files, held_out_files = corpus.split_files(files, held_out_fraction, seed, root=source_dir)
+    if max_files:
+        train_files, held_out_files = _spread(train_files, max_files), _spread(held_out_files, max_files)
+    validation_files, test_files = corpus.split_validation_files(held_out_files, validation_files, seed, root=source_dir)
+    part_files = {"train": train_files, "validation": validation_files, "test": test_files}
+    log(f"{len(files)} .py files in {source_dir}: reading {len(train_files)} training, "
+        f"{len(validation_files)} validation and {len(test_files)} test files ...")
+    sources, report = corpus.collect_parts(part_files, log=log)
+    report["source_dir"] = str(source_dir)
+    parts = {}
+    for name, part in sources.items():
+        log(f"{name}: building the graphs of {len(part)} functions ...")
+        parts[name], counts = make_examples(part, max_tokens, seed)
+        report[name]["examples"] = counts
+        if not parts[name] and name != "validation":
+            raise ValueError(f"the {name} part of {str(source_dir)!r} gives no example ({counts})")
+    return parts, report, {name: [str(path) for path in paths] for name, paths in part_files.items()}
+
+
 def _spread(items, count):
     if len(items) <= count:
         return list(items)

@@ -15,7 +15,9 @@ Pairs, as lists of `(source, target)` strings:
 - `wmt14_pairs(data_dir, config="de-en", split="train")`: the papers' WMT14
   data through tensorflow-datasets, prepared in `data_dir`.
 - `split_pairs(pairs, held_out_fraction, seed)`: a deterministic held-out
-  split; no source sentence is in both parts.
+  split; no source sentence is in both parts. `split_pairs_by_source(pairs,
+  count, seed)` cuts at most `count` pairs of whole sources out of them (the
+  validation part of the held-out pairs).
 
 Tokens: `train_sentencepiece(texts, model_prefix, vocabulary_size)` trains one
 joint vocabulary (`PAD_ID = 0`, `EOS_ID = 1`, `UNK_ID = 2`, no BOS) and
@@ -58,7 +60,13 @@ from keras_selfattn.data.text.ding import (
     is_natural_sentence,
     parse_ding_lines,
 )
-from keras_selfattn.data.text.pairs import WMT14_CONFIGS, read_pairs_tsv, split_pairs, wmt14_pairs
+from keras_selfattn.data.text.pairs import (
+    WMT14_CONFIGS,
+    read_pairs_tsv,
+    split_pairs,
+    split_pairs_by_source,
+    wmt14_pairs,
+)
 from keras_selfattn.data.text.pipeline import (
     bucket_batch_sizes,
     bucket_boundaries,
@@ -93,6 +101,7 @@ __all__ = [
     "parse_ding_lines",
     "read_pairs_tsv",
     "split_pairs",
+    "split_pairs_by_source",
     "tokenized_pairs",
     "tokenizer_from_file",
     "train_sentencepiece",

@@ -1,5 +1,5 @@
 """Sentence pairs for `keras_selfattn.data.text`: TSV files, WMT14 through
-tensorflow-datasets, and the held-out split."""
+tensorflow-datasets, the held-out split and the validation part of it."""
 
 import logging
 from pathlib import Path
@@ -98,6 +98,39 @@ def split_pairs(pairs, held_out_fraction, seed):
     train = [pair for pair in pairs if pair[0] not in held_out_sources]
     held_out = [pair for pair in pairs if pair[0] in held_out_sources]
     return train, held_out
+
+
+def split_pairs_by_source(pairs, count, seed):
+    """Splits `pairs` in two by whole source sentence: `(chosen, rest)`.
+
+    The distinct sources (first-seen order) are permuted by
+    `numpy.random.default_rng(seed)`; each source in turn is chosen with all
+    its pairs while the chosen pairs stay at most `count`. No source appears
+    on both sides; both parts keep the input order.
+
+    Args:
+        pairs: a sequence of `(source, target)` tuples.
+        count: the most pairs chosen, >= 0.
+        seed: int seed; the same pairs and seed give the same split.
+
+    Returns:
+        `(chosen_pairs, other_pairs)`, two lists.
+    """
+    if count < 0:
+        raise ValueError(f"`count` must be >= 0. Received: count={count!r}")
+    pairs = [tuple(pair) for pair in pairs]
+    sizes = {}
+    for source, _ in pairs:
+        sizes[source] = sizes.get(source, 0) + 1
+    sources = list(sizes)
+    chosen, total = set(), 0
+    for index in np.random.default_rng(seed).permutation(len(sources)):
+        if total >= count:
+            break
+        if total + sizes[sources[index]] <= count:
+            chosen.add(sources[index])
+            total += sizes[sources[index]]
+    return [pair for pair in pairs if pair[0] in chosen], [pair for pair in pairs if pair[0] not in chosen]
 
 
 def wmt14_pairs(data_dir, config="de-en", split="train"):
