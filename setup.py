@@ -23,9 +23,9 @@ class BuildWithModelCards(build_py):
 BEAM = ["tf-models-official==2.20.*"]
 # The JAX backend (`KERAS_BACKEND=jax`).
 JAX = ["jax"]
-# `keras_selfattn.data.music`: performance encodings, MIDI in and out (matplotlib for the
-# music recipe's plots).
-MUSIC = ["note-seq==0.0.5", "matplotlib"]
+# `keras_selfattn.data.music`: performance encodings, MIDI in and out, WAV out through
+# midirenderer's SoundFont synthesizer (matplotlib for the music recipe's plots).
+MUSIC = ["note-seq==0.0.5", "matplotlib", "midirenderer==0.1.*"]
 # `keras_selfattn.data.text`: SentencePiece, in-graph tokenization, WMT14 through
 # tensorflow-datasets; BLEU (`keras_selfattn.models.metrics.translation_scores`).
 TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu", "tensorflow-datasets"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def _continuation_length(tokens, primer_length):
 
 def run_music(args):
     try:
-        from keras_selfattn.data.music import events_to_midi, midi_to_events
+        from keras_selfattn.data.music import events_to_midi, events_to_wav, midi_to_events
     except ImportError as error:
         raise ClientError(
             f"the music command needs keras_selfattn.data.music ({error}); "
@@ -120,8 +121,23 @@ def run_music(args):
     }
     tokens = predict(args.model_name, "generate", inputs, **_connection(args))["tokens"][0]
     generated = _continuation_length(tokens, events.size)
-    events_to_midi(np.asarray(tokens[: events.size + generated], dtype=np.int32), args.out)
+    piece = np.asarray(tokens[: events.size + generated], dtype=np.int32)
+    events_to_midi(piece, args.out)
     print(f"wrote {args.out}: {events.size} primer events + {generated} generated events")
+    wav = _wav_beside(args.out)
+    try:
+        events_to_wav(piece, wav)
+    except ValueError as error:  # the events are valid (the MIDI was written) but hold no note
+        print(f"wrote no audio: {error}")
+    else:
+        print(f"wrote {wav}: the same as audio (16 kHz mono WAV)")
+
+
+def _wav_beside(midi_path):
+    """`out.mid` -> `out.wav`; `out.wav` -> `out.wav.wav`, never the MIDI file itself."""
+    path = Path(midi_path)
+    wav = path.with_suffix(".wav")
+    return wav if wav != path else path.with_name(path.name + ".wav")
 
 
 def run_translate(args):
@@ -264,7 +280,9 @@ def _add_music_command(commands):
         "signature; the output MIDI holds the primer followed by the continuation.",
     )
     music.add_argument("--primer", required=True, help="primer MIDI file")
-    music.add_argument("--out", required=True, help="output MIDI file")
+    music.add_argument(
+        "--out", required=True, help="output MIDI file; its audio is written beside it as a .wav"
+    )
     music.add_argument(
         "--primer_tokens",
         type=_positive_int,

@@ -673,6 +673,8 @@ def test_music_sends_the_primer_events_and_writes_primer_and_continuation(
         music.midi_to_events(str(tmp_path / "expected.mid")),
     )
     assert f"{primer.size} primer events + 3 generated events" in out
+    assert (tmp_path / "out.wav").stat().st_size > 44  # more than the WAV header
+    assert str(tmp_path / "out.wav") in out
 
     short = fake_rest(lambda path, body: (200, {"predictions": [{"tokens": tokens.tolist(), "status": ""}]}))
     status, out, err = run_cli(
