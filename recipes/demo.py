@@ -9,8 +9,8 @@ in the package, and shows relative attention holding past its training length.
    `--min_note_ms` override it), once per `--seeds` seed. It prints the
    continuations' note statistics (median note length, share of notes over
    2 s, 95th-percentile polyphony) pooled and per performance beside the
-   held-out data's, writes every continuation as MIDI and the first as a
-   piano roll.
+   held-out data's, writes every continuation as MIDI and WAV and the first
+   as a piano roll.
 2. Length (`--length_study on`). Trains a tiny Music Transformer with
    relative attention and no absolute timing signal for `--training_steps`
    steps on `--sequence_length` (256) event crops, and beside it (`--contrast on`) the same model
@@ -220,7 +220,10 @@ def write_outputs(args, run, music_data, pieces):
     for index, tokens in enumerate(pieces):
         path = run.path("continuations", f"continuation_{index + 1:03d}.mid")
         music_data.events_to_midi(tokens, str(path))
-    run.wrote(f"{len(pieces)} continuations as MIDI (primer + continuation)", run.path("continuations"))
+        music_data.events_to_wav(tokens, path.with_suffix(".wav"))
+    run.wrote(
+        f"{len(pieces)} continuations as MIDI and WAV (primer + continuation)", run.path("continuations")
+    )
     primer, tokens = pieces[0][: args.primer_events], pieces[0]
     primer_notes, new_notes = music_data.split_continuation_notes(primer, tokens)
     roll = plots.piano_roll(
@@ -266,6 +269,7 @@ def train_length_model(args, run, attention):
         "--steps_per_epoch", str(steps_per_epoch), "--learning_rate", "2e-3",
         "--learning_rate_schedule", "cosine", "--warmup_steps", str(steps_per_epoch // 2),
         "--eval_examples", str(args.eval_examples), "--max_new_tokens", "32", "--seed", str(args.seed),
+        "--held_out", args.held_out,
         "--verbose", "2" if args.verbose else "0",
     ]
     for flag in ("data_dir", "midi_dir"):
@@ -309,7 +313,7 @@ def main(argv=None):
     from keras_selfattn.data import music as music_data
 
     data_args = build_data_args(args)
-    _, held_out, _, _ = load_performances(data_args, run, music_data, held_out_split=args.held_out)
+    held_out = load_performances(data_args, run, music_data, args.held_out).held_out
     model, preset_settings = load_music_model(args.model)
     settings = decoding(args, preset_settings, music_data)
     run.log(

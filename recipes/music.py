@@ -7,13 +7,19 @@ miditok 3.1.0 source distribution, fetched with `pip download` into
 `--data_dir`. Performances become note-seq performance events (note-on,
 note-off, 10 ms time shifts, 32 velocity bins), cached on disk.
 
+Held-out figures are scored on the validation performances (`--held_out
+validation`, the default: where models, budgets and decoding are chosen);
+`--held_out test` scores the test performances instead, once, for the
+figures a results page reports. `fit` always validates on the validation
+split.
+
 The run prints and writes to `--model_dir`: the held-out NLL per event at the
 training length and at 2x and 4x it (non-overlapping chunks), `continuation.mid`
-(the first `--primer_events` of a held-out performance, then
-`--max_new_tokens` sampled events), `piano_roll.png` (primer and
+and `continuation.wav` (the first `--primer_events` of a held-out
+performance, then `--max_new_tokens` sampled events), `piano_roll.png` (primer and
 continuation in two colours), `attention.png` (each head's attention of the
 last generated events back over the sequence), the trained `.keras` model,
-`report.json` (with sanity numbers of the continuation: notes per second,
+`report.json` (the split's counts under "splits"; sanity numbers of the continuation: notes per second,
 pitch range, longest note against the piece's length; and its note
 statistics beside the held-out data's: note lengths, polyphony, note-offs
 that close a sounding note), checkpoints,
@@ -27,7 +33,7 @@ The shipped model (`MusicTransformer.from_preset("maestro_small")`) was
 trained by this command, 49.7 minutes on one CPU core; its card,
 docs/models/maestro_small.md, gives its held-out figures:
 
-    python recipes/music.py --model_dir runs/maestro_small_timed --preset small \\
+    python recipes/music.py --model_dir runs/maestro_small_timed --held_out test --preset small \\
         --attention relative_global --max_relative_position 128 --timing_signal off --note_state timed \\
         --sequence_length 256 --batch_size 16 --epochs 18 --steps_per_epoch 250 \\
         --learning_rate 2e-3 --learning_rate_schedule cosine --warmup_steps 250
@@ -49,6 +55,7 @@ from keras_selfattn.models.segment_memory_evaluation import segment_memory_nll_p
 from recipes.common import plots  # noqa: E402
 from recipes.common.music_recipes import (  # noqa: E402
     EVALUATION_FACTORS,
+    add_held_out_flag,
     add_note_rules_flag,
     compile_for_events,
     load_performances,
@@ -93,6 +100,7 @@ def build_parser():
         help="augmented copies of each training performance (random transposition by -3..3 "
         "semitones and time stretch by 0.95..1.05, note-seq), computed once and cached; 0: none",
     )
+    add_held_out_flag(data)
     harness.add_renamed_flag(
         data,
         "--eval_examples",
@@ -402,6 +410,9 @@ def write_continuation(args, run, model, music_data, held_out):
     midi_path = run.path("continuation.mid")
     music_data.events_to_midi(tokens, str(midi_path))
     run.wrote("continuation MIDI (primer + continuation)", midi_path)
+    wav_path = run.path("continuation.wav")
+    music_data.events_to_wav(tokens, wav_path)
+    run.wrote("continuation audio (WAV, 16 kHz mono)", wav_path)
     primer_notes, new_notes = music_data.split_continuation_notes(primer, tokens)
     primer_seconds = music_data.performance_seconds(primer)
     piece_seconds = music_data.performance_seconds(tokens)
@@ -475,7 +486,7 @@ def main(argv=None, callbacks=()):
     run = harness.start(args, recipe="music")
     from keras_selfattn.data import music as music_data
 
-    performances = load_performances(args, run, music_data)
+    performances = load_performances(args, run, music_data, args.held_out)
     train, held_out = performances.train, performances.held_out
 
     def train_model():
@@ -483,7 +494,7 @@ def main(argv=None, callbacks=()):
 
     model, history = run.trained_or_saved(NAME, train_model)
     with run.evaluation(NAME):
-        run.log("evaluating on the held-out performances ...")
+        run.log(f"evaluating on the {args.held_out} performances ...")
         settings = {
             "name": NAME,
             "preset": args.preset,
@@ -502,6 +513,7 @@ def main(argv=None, callbacks=()):
                 "held_out_performances": len(held_out),
                 "held_out_events": int(sum(len(p) for p in held_out)),
             },
+            "splits": performances.splits,
             "training": history,
             "held_out_nll_per_event": evaluate(args, run, model, music_data, held_out),
             "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),

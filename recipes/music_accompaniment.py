@@ -45,6 +45,7 @@ from keras_selfattn.models import (  # noqa: E402
 )
 from recipes.common import plots  # noqa: E402
 from recipes.common.music_recipes import (  # noqa: E402
+    add_held_out_flag,
     add_note_rules_flag,
     compile_for_events,
     load_performances,
@@ -74,6 +75,7 @@ def build_parser():
         help="performance events per training crop and held-out chunk; the melody of a crop's time "
         "span is cut to as many events (it rarely has a fifth as many)",
     )
+    add_held_out_flag(data)
     harness.add_renamed_flag(
         data,
         "--eval_examples",
@@ -313,7 +315,7 @@ def main(argv=None, callbacks=()):
     run = harness.start(args, recipe="music_accompaniment")
     from keras_selfattn.data import music as music_data
 
-    performances = load_performances(args, run, music_data)
+    performances = load_performances(args, run, music_data, args.held_out)
     train_pieces = with_melodies(run, music_data, performances.train)
     held_out = with_melodies(run, music_data, performances.held_out)
     models = train(args, run, music_data, train_pieces, callbacks)
@@ -325,6 +327,7 @@ def main(argv=None, callbacks=()):
                 "train_melody_events": int(sum(len(melody) for _, melody in train_pieces)),
                 "held_out_performances": len(held_out),
             },
+            "splits": performances.splits,
             "training": {name: history for name, (_, history) in models.items()},
             "parameters": {name: int(model.count_params()) for name, (model, _) in models.items()},
             "held_out_nll_per_event": evaluate(args, run, models, music_data, held_out),

@@ -21,10 +21,11 @@ setting. The settings (at `--temperature` unless named):
 the grid of note-rules settings they span (`--min_note_ms`: no note-off
 before a note has sounded that long, `continue_sequence(min_note_steps=...)`).
 `--seeds` pools each setting's continuations over several sampling seeds.
-`--held_out validation` reads the validation performances instead of the
-test ones: choose a setting there (the one whose worst ratio to the held-out
+It reads the validation performances (`--held_out validation`, the
+default): choose a setting there (the one whose worst ratio to the held-out
 data is smallest, ties to the smallest mean log ratio, is named at the end),
-then score that one setting on the test performances.
+then score that one setting once on the test performances (`--held_out
+test`).
 
 The study trains nothing: it only evaluates `--model`, so `--evaluate_only`
 changes nothing here.
@@ -54,7 +55,7 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from recipes.common.music_recipes import load_performances  # noqa: E402
+from recipes.common.music_recipes import add_held_out_flag, load_performances  # noqa: E402
 
 NAME = "music_decoding"
 DEFAULT_PRIMER_EVENTS, DEFAULT_GENERATE_EVENTS = 256, 1024
@@ -97,10 +98,7 @@ def build_parser():
     data = parser.add_argument_group("data (as the music recipe's)")
     data.add_argument("--midi_dir", default=None, help="folder of MIDI files; default: the embedded MAESTRO files")
     study = parser.add_argument_group("study")
-    study.add_argument(
-        "--held_out", choices=("test", "validation"), default=None,
-        help="the held-out performances to continue and to compare with; default: test, else validation",
-    )
+    add_held_out_flag(study)
     study.add_argument("--primers", type=harness.positive_int, default=8, help="held-out primers, the longest first")
     study.add_argument(
         "--primer_events", type=harness.positive_int, default=None,
@@ -335,7 +333,8 @@ def main(argv=None):
         model = keras.models.load_model(args.model)
     except (OSError, ValueError) as error:
         raise harness.UsageError(f"--model {args.model!r}: {error}") from None
-    train, held_out, _, _ = load_performances(args, run, music_data, held_out_split=args.held_out)
+    performances = load_performances(args, run, music_data, args.held_out)
+    train, held_out = performances.train, performances.held_out
     fit_window_defaults(args, run, held_out)
     windows = held_out_windows(args, held_out)
     primers = [window[: args.primer_events] for window in windows]
@@ -380,6 +379,7 @@ def main(argv=None):
             for first, last, count, nll in by_age
         ],
         "held_out": held_out_statistics,
+        "splits": performances.splits,
     }
     report = run.write_report(report, model=model)
     run.finish()

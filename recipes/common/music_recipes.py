@@ -3,6 +3,7 @@ held-out and monitoring ones, as `recipes/music.py` splits them), the
 compiled loss and metric of a model over performance events, the note rules
 of `--note_rules` and the lengths the held-out NLL is measured at."""
 
+import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,37 +15,77 @@ from recipes.common.cli import UsageError
 EVALUATION_FACTORS = (1, 2, 4)  # held-out NLL at these multiples of the training length
 
 
+HELD_OUT_SPLITS = ("validation", "test")
+
+
 class Performances(NamedTuple):
     """Encoded event arrays by role: `held_out` is what the run reports on,
-    `monitor` what `fit` validates on (the validation split when there is one)."""
+    `monitor` what `fit` validates on (the validation split when there is
+    one); `splits` describes the split for `report.json`."""
 
     train: list
     held_out: list
     monitor: list
     data_dir: Path
+    splits: dict
 
 
-def load_performances(args, run, music_data, held_out_split=None):
+def add_held_out_flag(group, default="validation"):
+    """`--held_out`: the split a run's held-out figures are scored on."""
+    group.add_argument(
+        "--held_out", choices=HELD_OUT_SPLITS, default=default,
+        help="the split the run's held-out figures are scored on: validation (where models, "
+        "budgets and decoding are chosen) or test (scored once, for the figures a results page "
+        "reports, after everything is chosen)",
+    )
+
+
+def load_performances(args, run, music_data, held_out_split):
     """The training, held-out and monitoring performances of `--midi_dir`
     (else the embedded MAESTRO sample) cached under `--data_dir`:
-    `held_out_split` ("test" or "validation"; by default the test split,
-    else the validation split), whole pieces never trained on."""
+    `held_out_split` ("validation" or "test"), whole pieces never trained on;
+    `fit` is validated on the validation split (the held-out split where a
+    small folder has no validation file, which the split report says)."""
     data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
     splits, midi_dir = _midi_splits(args, run, music_data, data_dir)
-    wanted = held_out_split or "test or validation"
-    held_out_split = held_out_split or ("test" if splits["test"] else "validation")
     run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
     if not splits["train"] or not splits[held_out_split]:
         raise UsageError(
-            f"--midi_dir {str(midi_dir)!r} must give at least one training and one held-out "
-            f"({wanted}) file; found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
+            f"--midi_dir {str(midi_dir)!r} must give at least one training and one {held_out_split} "
+            f"file (--held_out {held_out_split}); found {', '.join(f'{len(v)} {k}' for k, v in splits.items())}"
         )
     monitor_split = "validation" if splits["validation"] else held_out_split
+    if monitor_split != "validation":
+        run.log(f"no validation file: fit is validated on the {held_out_split} split too, so its figures are not independent")
     encoded = {
         split: _encoded(run, music_data, split, splits[split], data_dir / "encoded")
         for split in dict.fromkeys(("train", held_out_split, monitor_split))
     }
-    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir)
+    report = split_report(splits, held_out_split, monitor_split, embedded=not args.midi_dir)
+    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir, report)
+
+
+def split_report(splits, held_out_split, monitor_split, embedded):
+    """`report.json`'s `"splits"`: the files of each split, how many files of
+    validation and test have the same content (computed), and how the split
+    was made."""
+    how = (
+        "the embedded MAESTRO sample's fixed split by whole performance (keras_selfattn.data.music.DEFAULT_SPLIT)"
+        if embedded
+        else "by whole file: the folder's MAESTRO csv if it has one, else deterministically by content"
+    )
+    how += f"; figures on the {held_out_split} split, fit validated on the {monitor_split} split"
+    digests = {name: {_sha256(path) for path in files} for name, files in splits.items()}
+    return {
+        **{name: len(files) for name, files in splits.items()},
+        "overlap_validation_test": len(digests["validation"] & digests["test"]),
+        "held_out": held_out_split,
+        "how": how,
+    }
+
+
+def _sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _midi_splits(args, run, music_data, data_dir):

@@ -97,6 +97,8 @@ def test_every_output_is_written_and_listed(run):
     assert len(midi) == 8
     first = music_data.midi_to_events(midi[0].read_bytes())
     assert len(first) > 0
+    for path in midi:
+        assert path.with_suffix(".wav").stat().st_size > 44, f"no audio beside {path.name}"  # 44: the header
     assert (out / "piano_roll.png").stat().st_size > 0
     assert json.loads((out / "report.json").read_text())["continuations"] == report["continuations"]
     for path in ("continuations", "piano_roll.png", "relative_global", "absolute", "report.json"):

@@ -13,6 +13,7 @@ import pytest
 
 import recipe_checks
 from recipes import music_accompaniment
+from recipes.common import harness
 from test_music_recipe import _performance
 
 pytestmark = [
@@ -38,7 +39,7 @@ def run(tmp_path_factory):
         "--midi_dir", str(folder), "--data_dir", str(tmp_path_factory.mktemp("data")),
         "--sequence_length", str(SEQUENCE_LENGTH), "--batch_size", "4", "--epochs", "2",
         "--steps_per_epoch", "3", "--primer_events", "8", "--max_new_tokens", "40", "--verbose", "0",
-        "--seed", "3",
+        "--seed", "3", "--held_out", "test",
     ]
     report, printed = recipe_checks.run_recipe(
         music_accompaniment.main, [*argv, "--model_dir", str(model_dir), "--export_dir", str(model_dir / "export")]
@@ -107,6 +108,23 @@ def _nll(logits, targets):
     shifted = logits - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     return -np.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
+
+
+def test_the_report_gives_the_splits_and_the_split_it_scored(run):
+    _, _, report, printed = run
+    splits = report["splits"]
+    assert {name: splits[name] for name in ("train", "validation", "test", "overlap_validation_test")} == {
+        "train": 2, "validation": 0, "test": 1, "overlap_validation_test": 0,
+    }
+    assert splits["held_out"] == "test" and "fit validated on the test split" in splits["how"]
+    assert "no validation file: fit is validated on the test split too" in printed
+
+
+def test_the_default_scores_validation_and_names_a_folder_without_one(run, tmp_path):
+    argv, _, _, _ = run
+    without_choice = [a for a in argv if a not in ("--held_out", "test")]
+    with pytest.raises(harness.UsageError, match=r"at least one training and one validation file \(--held_out validation\)"):
+        recipe_checks.run_recipe(music_accompaniment.main, [*without_choice, "--model_dir", str(tmp_path)])
 
 
 def test_held_out_nll_of_both_models_matches_numpy(run):

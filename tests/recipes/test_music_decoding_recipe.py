@@ -45,7 +45,7 @@ def _run_study(argv):
 @pytest.fixture(scope="module")
 def study(inputs):
     root, argv = inputs
-    report, printed = _run_study([*argv, "--model_dir", str(root / "out")])
+    report, printed = _run_study([*argv, "--model_dir", str(root / "out"), "--held_out", "test"])
     return root / "out", report, printed
 
 
@@ -107,6 +107,10 @@ def test_references_are_the_primers_own_continuations_and_the_training_data(stud
         "training data": music_data.performance_statistics(train),
     }
     assert report["references"]["held-out continuations"] != report["held_out"]
+    assert report["splits"]["held_out"] == "test" and report["splits"]["overlap_validation_test"] == 0
+    assert [report["splits"][name] for name in ("train", "validation", "test")] == [
+        len(files["train"]), len(files["validation"]), len(files["test"])
+    ]
     assert [row["first_age"] for row in report["note_off_nll_by_age"]] == list(music_decoding.AGE_BINS)
     assert "held-out note-offs by the age of the note they close" in printed
 
@@ -242,5 +246,5 @@ def test_the_held_out_split_must_be_in_the_folder(inputs, tmp_path):
         "C,A,train,2018,a.mid,a.wav,14.0\nC,B,test,2018,b.mid,b.wav,14.0\n"
     )
     arguments = [*argv, "--midi_dir", str(only_train), "--model_dir", str(tmp_path / "out"), "--held_out", "validation"]
-    with pytest.raises(music_decoding.harness.UsageError, match=r"one held-out \(validation\) file"):
+    with pytest.raises(music_decoding.harness.UsageError, match=r"one validation file \(--held_out validation\)"):
         music_decoding.main(arguments)

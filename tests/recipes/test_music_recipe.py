@@ -146,10 +146,12 @@ def test_min_note_ms_is_a_note_rule(capsys):
 def test_short_run_writes_every_output_and_lists_it(short_run):
     model_dir, report, printed, _ = short_run
     for name in (
-        "music.keras", "checkpoints/latest.keras", "continuation.mid", "piano_roll.png",
-        "attention.png", "report.json",
+        "music.keras", "checkpoints/latest.keras", "continuation.mid", "continuation.wav",
+        "piano_roll.png", "attention.png", "report.json",
     ):
         assert (model_dir / name).is_file(), name
+    assert (model_dir / "continuation.wav").stat().st_size > 44  # more than the WAV header
+    assert str(model_dir / "continuation.wav") in printed
     assert list((model_dir / "logs").rglob("events.out.tfevents.*"))
     assert not (model_dir / "backup").exists()
     assert json.loads((model_dir / "report.json").read_text())["held_out_nll_per_event"] == report[
@@ -179,9 +181,13 @@ def test_held_out_nll_at_one_and_two_training_lengths_match_numpy(short_run, mid
     model_dir, report, _, _ = short_run
     nll = report["held_out_nll_per_event"]
     assert (nll["1x"]["length"], nll["2x"]["length"]) == (SEQUENCE_LENGTH, 2 * SEQUENCE_LENGTH)
-    assert report["data"]["held_out_performances"] == 1  # the csv's test file
+    assert report["data"]["held_out_performances"] == 1  # the csv's validation file: the default --held_out
+    assert {name: report["splits"][name] for name in ("train", "validation", "test", "overlap_validation_test")} == {
+        "train": 4, "validation": 1, "test": 1, "overlap_validation_test": 0,
+    }
+    assert report["splits"]["held_out"] == "validation"
     model = keras.models.load_model(model_dir / "music.keras")
-    held_out = [music_data.midi_to_events(midi_dir / "d.mid")]
+    held_out = [music_data.midi_to_events(midi_dir / "e.mid")]
     for factor in ("1x", "2x"):
         length = nll[factor]["length"]
         chunks = np.concatenate([p[: len(p) // (length + 1) * (length + 1)].reshape(-1, length + 1) for p in held_out])
@@ -308,7 +314,7 @@ def test_mixed_precision_run_trains_saves_and_continues(midi_dir, data_dir, tmp_
 def test_a_folder_without_held_out_files_is_a_clear_error(tmp_path, data_dir):
     _performance(tmp_path / "only.mid", root=60, seconds=2.0)
     argv = ["--midi_dir", str(tmp_path), "--data_dir", str(data_dir), "--model_dir", str(tmp_path / "m"), *TINY]
-    with pytest.raises(music.harness.UsageError, match="at least one training and one held-out"):
+    with pytest.raises(music.harness.UsageError, match="at least one training and one validation file"):
         _main(argv)
 
 
