@@ -3,6 +3,7 @@
 import numpy as np
 from keras import ops
 
+from keras_selfattn.generation.decoder_contract import IMAGE, check_decoder
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.sampling import (
     check_decoding,
@@ -12,7 +13,6 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.generation.decoder_contract import IMAGE, check_decoder
 from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 
 

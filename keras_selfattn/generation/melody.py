@@ -5,7 +5,7 @@ the music continuation loop over decoder steps that read the encoded melody."""
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import check_sampling_arguments, choose_tokens, resolve_seed
-from keras_selfattn.generation.sequences import int_tokens, extend_sequence
+from keras_selfattn.generation.sequences import extend_sequence, int_tokens
 from keras_selfattn.layers.argument_checks import check_length
 
 

@@ -13,7 +13,7 @@ from keras_selfattn.generation.sampling import (
     choose_tokens,
     resolve_seed,
 )
-from keras_selfattn.layers.argument_checks import check_length, renamed_argument
+from keras_selfattn.layers.argument_checks import check_length, renamed_required_argument
 from keras_selfattn.ops.cache import cache_writes_in_place, owned_caches
 from keras_selfattn.ops.masks import sequence_mask
 
@@ -240,19 +240,15 @@ def translate_tokens(
     (1, 4)
     """
     check_decoder(model, TRANSLATION, "TranslationTransformer")
+    max_new_tokens = renamed_required_argument(max_new_tokens, "max_new_tokens", "max_length", deprecated)
     return generate_translation(
         model, source_tokens, max_new_tokens, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
-        **deprecated,
     )
 
 
-def generate_translation(model, source_tokens, max_new_tokens=None, **settings):
-    """`_generate_translation` with no gradients recorded (`gradients_off`);
-    `max_length=` is the old name of `max_new_tokens`."""
-    max_new_tokens = renamed_argument(settings, "max_length", "max_new_tokens", max_new_tokens)
-    if max_new_tokens is None:
-        raise TypeError("Missing the argument `max_new_tokens`.")
+def generate_translation(model, source_tokens, max_new_tokens, **settings):
+    """`_generate_translation` with no gradients recorded (`gradients_off`)."""
     with gradients_off():
         return _generate_translation(model, source_tokens, max_new_tokens, **settings)
 

@@ -13,8 +13,8 @@ from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositio
 from keras_selfattn.layers.transformer_decoder_block import TransformerDecoderBlock
 from keras_selfattn.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_selfattn.models.config import check_divisible_width, check_vocabulary_size
-from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
 from keras_selfattn.models.presets import register_presets
+from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
 
 MELODY_PAD_ID = 0
 

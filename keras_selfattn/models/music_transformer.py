@@ -18,9 +18,9 @@ from keras_selfattn.models.config import (
     renamed_argument,
     resolve_preset,
 )
+from keras_selfattn.models.presets import register_presets
 from keras_selfattn.models.sequence_models import SequenceTransformer, output_projection
 from keras_selfattn.ops.segment_memory import memory_mask, next_memory, slide_caches
-from keras_selfattn.models.presets import register_presets
 
 ATTENTIONS = ("relative_global", "relative_local", "absolute", "local_compressed")
 

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_selfattn.layers.argument_checks import renamed_required_argument
 from keras_selfattn.layers.multi_head_attention import MultiHeadAttention
 from keras_selfattn.layers.relative_multi_head_attention import RelativeMultiHeadAttention
 from keras_selfattn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
@@ -16,8 +17,8 @@ from keras_selfattn.models.config import (
     renamed_argument,
     resolve_preset,
 )
-from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
 from keras_selfattn.models.presets import register_presets
+from keras_selfattn.models.sequence_models import SequenceTransformer, embed_tokens, output_projection
 
 POSITIONS = ("sinusoidal", "shaw")
 
@@ -207,11 +208,12 @@ class TranslationTransformer(SequenceTransformer):
         """
         from keras_selfattn.generation.sequences import generate_translation
 
+        max_new_tokens = renamed_required_argument(max_new_tokens, "max_new_tokens", "max_length", deprecated)
         return generate_translation(
             self, source_tokens, max_new_tokens, beam_size=beam_size, alpha=alpha, eos_id=eos_id,
             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, return_scores=return_scores,
-            **deprecated,
         )
+
 
 def transformer_translation(
     source_vocabulary_size=None, target_vocabulary_size=None, preset="base", **overrides
