@@ -16,8 +16,10 @@ class BuildWithModelCards(build_py):
 
     def run(self):
         super().run()
+        target = Path(self.build_lib, WEIGHTS)
+        self.mkpath(str(target))
         for card in sorted(Path(__file__).with_name("docs").joinpath("models").glob("*.md")):
-            self.copy_file(str(card), str(Path(self.build_lib, WEIGHTS, card.name)))
+            self.copy_file(str(card), str(target / card.name))
 
 # `keras_selfattn.generation`'s beam search (`beam_size` > 1).
 BEAM = ["tf-models-official==2.20.*"]
