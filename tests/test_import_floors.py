@@ -36,12 +36,24 @@ def local_modules(top):
     return {module_name(path): path for path in sorted((ROOT / top).rglob("*.py"))}
 
 
+def _example_imports(tree):
+    """The import statements of the docstring examples (`>>> from ... import`),
+    parsed: an example runs as the module's tests, so it counts as an edge."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            for line in (ast.get_docstring(node) or "").splitlines():
+                code = line.strip().removeprefix(">>> ")
+                if line.strip().startswith(">>> ") and code.startswith(("import ", "from ")):
+                    yield from ast.parse(code).body
+
+
 def imported_names(path, name):
-    """Every dotted name the file's imports name, each `from` import's
-    names joined to its module."""
+    """Every dotted name the file's imports name (its docstring examples'
+    too), each `from` import's names joined to its module."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in [*ast.walk(tree), *_example_imports(tree)]:
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -80,12 +80,7 @@ def sample_images(
             wrong shape, `known_rows` outside the image, sampling settings
             out of range, or an unknown `decoding`.
 
-    Example:
-
-    >>> from keras_selfattn.models import image_transformer
-    >>> model = image_transformer((2, 2, 3), preset="tiny", num_layers=1)
-    >>> tuple(sample_images(model, 2, seed=0).shape)
-    (2, 2, 2, 3)
+    `ImageTransformer.generate`'s example runs this function.
     """
     return generate_images(
         check_decoder(model, IMAGE, "ImageTransformer"), batch_size, class_labels=class_labels,

@@ -33,10 +33,15 @@ def continue_sequence(
     Example:
 
     >>> import numpy as np
-    >>> from keras_selfattn.models import music_transformer
-    >>> model = music_transformer(20, preset="tiny", num_layers=1)
-    >>> tuple(continue_sequence(model, np.array([[3, 4]]), 3, seed=1).shape)
-    (1, 5)
+    >>> from keras import ops
+    >>> class NextId:  # a decoder whose logits favour the id after the last one
+    ...     vocabulary_size, max_length = 8, None
+    ...     def initial_cache(self, batch_size, max_length):
+    ...         return []
+    ...     def call_with_cache(self, token_ids, cache, cache_update_index):
+    ...         return ops.one_hot((token_ids + 1) % 8, 8) * 10.0, None, cache
+    >>> np.asarray(continue_sequence(NextId(), np.array([[3, 4]]), 3, temperature=0.0)).tolist()
+    [[3, 4, 5, 6, 7]]
     """
     check_decoder(model, CONTINUATION, "MusicTransformer", refused=("encode",))
     return generate_continuation(
@@ -234,10 +239,17 @@ def translate_tokens(
     Example:
 
     >>> import numpy as np
-    >>> from keras_selfattn.models import transformer_translation
-    >>> model = transformer_translation(10, 12, preset="tiny", num_layers=1)
-    >>> tuple(translate_tokens(model, np.array([[5, 6, 7, 0]]), 4).shape)
-    (1, 4)
+    >>> from keras import ops
+    >>> class EndAtOnce:  # an encoder-decoder whose logits favour EOS (1) first
+    ...     vocabulary_size, max_length = 8, None
+    ...     def encode(self, source_tokens):
+    ...         return source_tokens, None
+    ...     def initial_cache(self, batch_size, max_length):
+    ...         return []
+    ...     def call_with_cache(self, token_ids, cache, cache_update_index, encoder_outputs, padding_mask):
+    ...         return ops.one_hot(token_ids + 1, 8) * 10.0, None, cache
+    >>> np.asarray(translate_tokens(EndAtOnce(), np.array([[5, 6, 7, 0]]), 4)).tolist()
+    [[1, 0, 0, 0]]
     """
     check_decoder(model, TRANSLATION, "TranslationTransformer")
     max_new_tokens = renamed_required_argument(max_new_tokens, "max_new_tokens", "max_length", deprecated)
