@@ -61,3 +61,20 @@ def write_pictures(folder, count, shape, seed, stem="picture"):
         picture[height // 5 : height * 7 // 10, width // 4 : width * 3 // 4] = rng.integers(0, 256, 3)
         Image.fromarray(picture).save(folder / f"{stem}_{index}.png")
     return folder
+
+
+class StubRun:
+    """What a recipe's data loading uses of a `Run`: log (kept in `lines`),
+    path and wrote."""
+
+    def __init__(self, folder):
+        self.folder, self.lines = folder, []
+
+    def log(self, line):
+        self.lines.append(line)
+
+    def path(self, name):
+        return self.folder / name
+
+    def wrote(self, label, path):
+        return path

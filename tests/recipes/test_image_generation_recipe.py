@@ -102,26 +102,10 @@ def test_validation_and_test_are_apart_and_fit_validates_on_validation(folder_ru
     assert saved["test"]["images"] == 2 and len(saved["training"]["val_loss"]) == 1
 
 
-class _StubRun:
-    """What `split_held_out` uses of a `Run`: log, path, wrote."""
-
-    def __init__(self, folder):
-        self.folder, self.lines = folder, []
-
-    def log(self, line):
-        self.lines.append(line)
-
-    def path(self, name):
-        return self.folder / name
-
-    def wrote(self, label, path):
-        return path
-
-
 def test_a_single_held_out_image_is_the_test_image_and_training_has_no_validation(tmp_path):
     args = image_generation.parse_args(["--model_dir", str(tmp_path)])
     held_out = {"pixels": np.zeros((1, 4, 4, 3), "int32")}
-    run = _StubRun(tmp_path)
+    run = recipe_checks.StubRun(tmp_path)
     validation, test, facts = image_generation.split_held_out(args, run, 7, held_out)
     assert validation is None and len(test["pixels"]) == 1
     assert facts["train"] == 7 and facts["validation"] == 0 and facts["test"] == 1

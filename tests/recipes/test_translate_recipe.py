@@ -364,7 +364,7 @@ def test_both_directions_hold_out_the_same_pairs(tmp_path):
 
     def split(direction):
         argv = ["--model_dir", str(tmp_path / "out"), "--pairs_tsv", str(pairs_tsv), "--direction", direction, *TINY]
-        train, validation, test, _, facts = translate.load_pairs(translate.parse_args(argv), _StubRun(tmp_path), text)
+        train, validation, test, _, facts = translate.load_pairs(translate.parse_args(argv), recipe_checks.StubRun(tmp_path), text)
         return train, validation, test, facts
 
     forward, reverse = split("forward"), split("reverse")
@@ -373,22 +373,6 @@ def test_both_directions_hold_out_the_same_pairs(tmp_path):
     assert forward[3] == reverse[3]
     # Both French variants of an English sentence land in one part.
     assert not {english for english, _ in forward[1]} & {english for english, _ in forward[2]}
-
-
-class _StubRun:
-    """What `load_pairs` uses of a `Run`: log, path, wrote."""
-
-    def __init__(self, folder):
-        self.folder, self.lines = folder, []
-
-    def log(self, line):
-        self.lines.append(line)
-
-    def path(self, name):
-        return self.folder / name
-
-    def wrote(self, label, path):
-        return path
 
 
 def test_held_out_pairs_too_few_to_split_are_all_test_and_say_so(tmp_path):
@@ -400,7 +384,7 @@ def test_held_out_pairs_too_few_to_split_are_all_test_and_say_so(tmp_path):
         f"{english}\t{french}{ending}\n" for english, french in _pairs()[:4] for ending in ("", " !")
     ), encoding="utf-8")
     argv = ["--model_dir", str(tmp_path), "--pairs_tsv", str(pairs_tsv), "--held_out_fraction", "0.25"]
-    run = _StubRun(tmp_path)
+    run = recipe_checks.StubRun(tmp_path)
     train, validation, test, _, facts = translate.load_pairs(translate.parse_args(argv), run, text)
     assert (len(train), validation, len(test)) == (6, [], 2)
     assert (facts["train"], facts["validation"], facts["test"], facts["overlap_validation_test"]) == (6, 0, 2, 0)
