@@ -55,6 +55,7 @@ from keras_selfattn.models.segment_memory_evaluation import segment_memory_nll_p
 from recipes.common import plots  # noqa: E402
 from recipes.common.music_recipes import (  # noqa: E402
     EVALUATION_FACTORS,
+    add_fold_flag,
     add_held_out_flag,
     add_note_rules_flag,
     compile_for_events,
@@ -101,6 +102,7 @@ def build_parser():
         "semitones and time stretch by 0.95..1.05, note-seq), computed once and cached; 0: none",
     )
     add_held_out_flag(data)
+    add_fold_flag(data)
     harness.add_renamed_flag(
         data,
         "--eval_examples",

@@ -40,7 +40,7 @@ training performances. Last, how well the model releases notes: the mean
 NLL of each held-out note-off, teacher-forced over the same windows, by the
 age of the note it closes (events since its note-on). Writes `report.json`
 and one MIDI file per setting (the first primer's continuation) to
-`--model_dir`.
+`--model_dir`, and every continuation in `continuations.npz`.
 
     python recipes/music.py --model_dir runs/demo ...   # train first
     python recipes/music_decoding.py --model runs/demo/music.keras --model_dir runs/demo/decoding
@@ -55,12 +55,18 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from recipes.common.music_recipes import add_held_out_flag, load_performances  # noqa: E402
+from recipes.common.music_recipes import (  # noqa: E402
+    RATIO_KEYS,
+    add_fold_flag,
+    add_held_out_flag,
+    closest_setting,
+    load_performances,
+    worst_ratio,
+)
 
 NAME = "music_decoding"
 DEFAULT_PRIMER_EVENTS, DEFAULT_GENERATE_EVENTS = 256, 1024
 AGE_BINS = (1, 16, 32, 64, 128)  # first age of each bin of the note-off table, in events
-RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
 STATISTICS = [
     ("median_note_seconds", "median note s"),
     ("share_of_notes_over_2s", "notes > 2 s"),
@@ -99,6 +105,7 @@ def build_parser():
     data.add_argument("--midi_dir", default=None, help="folder of MIDI files; default: the embedded MAESTRO files")
     study = parser.add_argument_group("study")
     add_held_out_flag(study)
+    add_fold_flag(data)
     study.add_argument("--primers", type=harness.positive_int, default=8, help="held-out primers, the longest first")
     study.add_argument(
         "--primer_events", type=harness.positive_int, default=None,
@@ -150,35 +157,6 @@ def study_settings(args):
         for top_p in args.top_ps or [0.95]
         for ms in args.min_note_ms or [0]
     ]
-
-
-def worst_ratio(statistics, held_out):
-    """How far `statistics` are from `held_out` on the RATIO_KEYS: the
-    largest of each ratio and its inverse (1.0 is equal; inf where one of
-    the two is 0)."""
-    return max(_ratios_either_way(statistics, held_out))
-
-
-def mean_log_ratio(statistics, held_out):
-    """The mean of `|log(ratio)|` over the RATIO_KEYS (0 is equal; inf
-    where one of the two is 0): how far all of them are, where
-    `worst_ratio` says how far the farthest is."""
-    return float(np.mean(np.log(_ratios_either_way(statistics, held_out))))
-
-
-def closest_setting(rows, held_out):
-    """The name of the setting of `rows [(name, statistics)]` with the
-    smallest worst ratio to `held_out`; among settings tied on it to 6
-    decimals (the 95th-percentile polyphony is a whole number of notes, so
-    ties are common), the one with the smallest mean log ratio."""
-    return min(
-        rows, key=lambda row: (round(worst_ratio(row[1], held_out), 6), mean_log_ratio(row[1], held_out))
-    )[0]
-
-
-def _ratios_either_way(statistics, held_out):
-    ratios = [statistics[key] / held_out[key] if held_out[key] else float("inf") for key in RATIO_KEYS]
-    return [max(r, 1 / r) if r else float("inf") for r in ratios]
 
 
 def released(music_data, primer):
@@ -312,6 +290,17 @@ def log_table(run, rows, references, held_out):
         run.log(f"{name:{width}s}" + "".join(f"{ratio:20.2f}" for ratio in ratios))
 
 
+def write_continuations(run, continuations, primer_events):
+    """Writes `continuations.npz`: each setting's continuations (primer
+    included) as `[n, events]` int32 under its name, and `primer_events`,
+    so that folds' continuations can be pooled."""
+    path = run.path("continuations.npz")
+    np.savez_compressed(path, primer_events=primer_events, **{
+        name: np.asarray(tokens, "int32") for name, tokens in continuations.items()
+    })
+    return run.wrote("continuations (primer included) of every setting", path)
+
+
 def model_config(model):
     """What the report says of the scored model."""
     from keras_selfattn.models import MusicTransformer
@@ -340,7 +329,7 @@ def main(argv=None):
     primers = [window[: args.primer_events] for window in windows]
     held_out_statistics = music_data.performance_statistics(held_out)
     seeds = args.seeds or [args.seed]
-    rows = []
+    rows, continuations = [], {}
     for setting in study_settings(args):
         name = setting.name
         run.log(f"{name}: continuing {len(primers)} primers by {args.max_new_tokens} events, seeds {seeds} ...")
@@ -352,9 +341,11 @@ def main(argv=None):
             [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
         )
         rows.append((name, statistics))
+        continuations[name] = np.stack([tokens for _, tokens in pieces])
         midi_path = run.path(f"{name.replace(' ', '_').replace(',', '')}.mid")
         music_data.events_to_midi(pieces[0][1], str(midi_path))
         run.wrote(f"MIDI, {name}", midi_path)
+    write_continuations(run, continuations, args.primer_events)
     references = reference_statistics(args, music_data, windows, train)
     log_table(run, rows, references, held_out_statistics)
     worst = {name: worst_ratio(statistics, held_out_statistics) for name, statistics in rows}

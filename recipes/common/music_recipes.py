@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import keras
+import numpy as np
 
 from keras_selfattn.models import MaskedSparseCategoricalCrossentropy, NegativeLogLikelihoodPerToken
 from recipes.common.cli import UsageError
@@ -16,6 +17,8 @@ EVALUATION_FACTORS = (1, 2, 4)  # held-out NLL at these multiples of the trainin
 
 
 HELD_OUT_SPLITS = ("validation", "test")
+# The note statistics a decoding is judged by, each as a ratio to the held-out data's.
+RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
 
 
 class Performances(NamedTuple):
@@ -40,13 +43,23 @@ def add_held_out_flag(group, default="validation"):
     )
 
 
+def add_fold_flag(group):
+    """`--fold`: one embedded performance held out, the other nine trained on."""
+    group.add_argument(
+        "--fold", type=int, choices=range(1, 11), default=None, metavar="{1..10}",
+        help="hold out the embedded performance Maestro_N as the validation split and train on "
+        "the other nine (no test split): the folds of recipes/music_folds.py, where each "
+        "performance is held out once; needs the embedded data and --held_out validation",
+    )
+
+
 def load_performances(args, run, music_data, held_out_split):
     """The training, held-out and monitoring performances of `--midi_dir`
     (else the embedded MAESTRO sample) cached under `--data_dir`:
     `held_out_split` ("validation" or "test"), whole pieces never trained on;
     `fit` is validated on the validation split (the held-out split where a
     small folder has no validation file, which the split report says)."""
-    data_dir = Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
+    data_dir = music_data_dir(args, music_data)
     splits, midi_dir = _midi_splits(args, run, music_data, data_dir)
     run.log(f"MIDI files in {midi_dir}: " + ", ".join(f"{len(v)} {k}" for k, v in splits.items()))
     if not splits["train"] or not splits[held_out_split]:
@@ -61,19 +74,27 @@ def load_performances(args, run, music_data, held_out_split):
         split: _encoded(run, music_data, split, splits[split], data_dir / "encoded")
         for split in dict.fromkeys(("train", held_out_split, monitor_split))
     }
-    report = split_report(splits, held_out_split, monitor_split, embedded=not args.midi_dir)
+    report = split_report(
+        splits, held_out_split, monitor_split, embedded=not args.midi_dir, fold=getattr(args, "fold", None)
+    )
     return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir, report)
 
 
-def split_report(splits, held_out_split, monitor_split, embedded):
+def music_data_dir(args, music_data):
+    """Where the music recipes cache their data: `--data_dir`/music, else the default."""
+    return Path(args.data_dir).expanduser() / "music" if args.data_dir else music_data.default_data_dir()
+
+
+def split_report(splits, held_out_split, monitor_split, embedded, fold=None):
     """`report.json`'s `"splits"`: the files of each split, how many files of
     validation and test have the same content (computed), and how the split
     was made."""
-    how = (
-        "the embedded MAESTRO sample's fixed split by whole performance (keras_selfattn.data.music.DEFAULT_SPLIT)"
-        if embedded
-        else "by whole file: the folder's MAESTRO csv if it has one, else deterministically by content"
-    )
+    if fold is not None:
+        how = f"fold {fold} of the embedded MAESTRO sample: Maestro_{fold} held out (keras_selfattn.data.music.fold_splits)"
+    elif embedded:
+        how = "the embedded MAESTRO sample's fixed split by whole performance (keras_selfattn.data.music.DEFAULT_SPLIT)"
+    else:
+        how = "by whole file: the folder's MAESTRO csv if it has one, else deterministically by content"
     how += f"; figures on the {held_out_split} split, fit validated on the {monitor_split} split"
     digests = {name: {_sha256(path) for path in files} for name, files in splits.items()}
     return {
@@ -90,6 +111,13 @@ def _sha256(path):
 
 def _midi_splits(args, run, music_data, data_dir):
     """`({split: MIDI files}, folder)` of `--midi_dir`, else of the embedded data."""
+    fold = getattr(args, "fold", None)
+    if fold is not None:
+        if args.midi_dir or args.held_out != "validation":
+            raise UsageError("--fold holds out one embedded performance: it takes no --midi_dir and --held_out validation only")
+        run.log(f"fold {fold}: Maestro_{fold} held out, the other nine embedded performances trained on")
+        splits = music_data.fold_splits(fold, data_dir)
+        return splits, splits["train"][0].parent
     if not args.midi_dir:
         run.log(f"embedded MAESTRO default (10 performances from the miditok 3.1.0 sdist) in {data_dir}")
         splits = music_data.default_splits(data_dir)
@@ -138,3 +166,32 @@ def add_note_rules_flag(group):
 def note_event_ids(args, music_data):
     """The note-on and note-off ids under `--note_rules on`, else None."""
     return music_data.event_id_ranges() if args.note_rules == "on" else None
+
+
+def worst_ratio(statistics, held_out):
+    """How far `statistics` are from `held_out` on the RATIO_KEYS: the
+    largest of each ratio and its inverse (1.0 is equal; inf where one of
+    the two is 0)."""
+    return max(_ratios_either_way(statistics, held_out))
+
+
+def mean_log_ratio(statistics, held_out):
+    """The mean of `|log(ratio)|` over the RATIO_KEYS (0 is equal; inf
+    where one of the two is 0): how far all of them are, where
+    `worst_ratio` says how far the farthest is."""
+    return float(np.mean(np.log(_ratios_either_way(statistics, held_out))))
+
+
+def closest_setting(rows, held_out):
+    """The name of the setting of `rows [(name, statistics)]` with the
+    smallest worst ratio to `held_out`; among settings tied on it to 6
+    decimals (the 95th-percentile polyphony is a whole number of notes, so
+    ties are common), the one with the smallest mean log ratio."""
+    return min(
+        rows, key=lambda row: (round(worst_ratio(row[1], held_out), 6), mean_log_ratio(row[1], held_out))
+    )[0]
+
+
+def _ratios_either_way(statistics, held_out):
+    ratios = [statistics[key] / held_out[key] if held_out[key] else float("inf") for key in RATIO_KEYS]
+    return [max(r, 1 / r) if r else float("inf") for r in ratios]

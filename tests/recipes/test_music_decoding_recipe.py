@@ -208,33 +208,6 @@ def test_default_windows_shrink_to_the_longest_held_out_performance():
     assert windows(300, 700, 640) == (300, 700)  # given: held_out_windows names them if they do not fit
 
 
-def test_the_worst_ratio_is_the_largest_either_way():
-    held_out = {"median_note_seconds": 0.2, "share_of_notes_over_2s": 0.02, "p95_polyphony": 6.0}
-    near = {"median_note_seconds": 0.25, "share_of_notes_over_2s": 0.01, "p95_polyphony": 9.0}
-    assert music_decoding.worst_ratio(near, held_out) == pytest.approx(2.0)  # 0.01 is half of 0.02
-    assert music_decoding.worst_ratio({**near, "share_of_notes_over_2s": 0.0}, held_out) == float("inf")
-    assert music_decoding.worst_ratio(held_out, held_out) == 1.0
-
-
-def test_a_tie_on_the_worst_ratio_goes_to_the_closer_setting_overall():
-    held_out = {"median_note_seconds": 0.2, "share_of_notes_over_2s": 0.02, "p95_polyphony": 6.0}
-    far = {"median_note_seconds": 0.1, "share_of_notes_over_2s": 0.01, "p95_polyphony": 12.0}
-    near = {"median_note_seconds": 0.2, "share_of_notes_over_2s": 0.02, "p95_polyphony": 12.0}
-    assert music_decoding.mean_log_ratio(far, held_out) == pytest.approx(np.log(2.0))
-    assert music_decoding.mean_log_ratio(near, held_out) == pytest.approx(np.log(2.0) / 3)
-    for rows in ([("far", far), ("near", near)], [("near", near), ("far", far)]):
-        assert music_decoding.closest_setting(rows, held_out) == "near"
-    # 9 / 6 is 1.5 in floats, 0.15 / 0.1 1.4999999999999998: still a tie.
-    held_out = {**held_out, "median_note_seconds": 0.15}
-    short = {"median_note_seconds": 0.1, "share_of_notes_over_2s": 0.015, "p95_polyphony": 6.0}
-    polyphonic = {"median_note_seconds": 0.15, "share_of_notes_over_2s": 0.02, "p95_polyphony": 9.0}
-    assert music_decoding.worst_ratio(short, held_out) < music_decoding.worst_ratio(polyphonic, held_out) == 1.5
-    assert music_decoding.closest_setting([("short", short), ("polyphonic", polyphonic)], held_out) == "polyphonic"
-    # A smaller worst ratio wins, even with a larger mean log ratio (0.39 against 0.23).
-    better = {"median_note_seconds": 0.15, "share_of_notes_over_2s": 0.015, "p95_polyphony": 11.0}
-    assert music_decoding.closest_setting([("near", near), ("better", better)], held_out) == "better"
-
-
 def test_the_held_out_split_must_be_in_the_folder(inputs, tmp_path):
     root, argv = inputs
     only_train = tmp_path / "midi"

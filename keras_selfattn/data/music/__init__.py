@@ -78,6 +78,7 @@ from keras_selfattn.data.music.files import (
     default_splits,
     encode_performances,
     find_midi_files,
+    fold_splits,
     load_performances,
 )
 from keras_selfattn.data.music.melody import melody_events
@@ -124,6 +125,7 @@ __all__ = [
     "events_to_note_sequence",
     "events_to_wav",
     "find_midi_files",
+    "fold_splits",
     "load_note_sequence",
     "load_performances",
     "melody_events",

@@ -156,6 +156,27 @@ def default_splits(data_dir=None):
     return {split: [folder / name for name in names] for split, names in DEFAULT_SPLIT.items()}
 
 
+def fold_splits(held_out, data_dir=None):
+    """A fold of the embedded default: the performance `held_out` (a number
+    1..10 or its file name, e.g. 8 or "Maestro_8.mid") as the validation
+    split and the other nine for training, no test split. Ten such folds hold
+    each performance out once, so a choice made across them rests on no
+    single piece.
+
+    Returns:
+        `{"train": [9 Paths], "validation": [Path], "test": []}`.
+    """
+    name = f"Maestro_{held_out}.mid" if isinstance(held_out, int) else str(held_out)
+    if name not in DEFAULT_MIDI_NAMES:
+        raise ValueError(f"held_out must name one of the embedded performances 1..10, got {held_out!r}")
+    folder = default_midi_dir(data_dir)
+    return {
+        "train": [folder / other for other in DEFAULT_MIDI_NAMES if other != name],
+        "validation": [folder / name],
+        "test": [],
+    }
+
+
 def _maestro_csv(midi_dir):
     for name in MAESTRO_CSV_NAMES:
         found = sorted(midi_dir.rglob(name))
