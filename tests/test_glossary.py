@@ -16,7 +16,10 @@ import keras_selfattn.models
 GLOSSARY = Path(__file__).resolve().parents[1] / "docs" / "glossary.md"
 PUBLIC_MODULES = (keras_selfattn.layers, keras_selfattn.generation, keras_selfattn.models, keras_selfattn.export)
 # The methods of a public class whose arguments users write.
-PUBLIC_METHODS = ("__init__", "call", "generate", "call_with_cache", "initial_cache", "from_preset", "update_state")
+PUBLIC_METHODS = (
+    "__init__", "call", "generate", "call_with_cache", "initial_cache", "from_preset", "update_state",
+    "save_to_preset", "enable_lora", "save_lora_weights", "load_lora_weights",
+)
 # Keras defines these arguments' names: a layer's, a loss's, a model's.
 KERAS_SIGNATURES = (
     keras.layers.Layer.__init__, keras.layers.Layer.call, keras.layers.Dense.__init__,

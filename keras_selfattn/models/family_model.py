@@ -1,7 +1,7 @@
 """What the model class of every family shares: construction from
-hyperparameters (`get_config` returns them), presets, the integer input
-checks, and rebuilding plain models saved by earlier versions (read by
-`plain_models`)."""
+hyperparameters (`get_config` returns them), presets (the package's and
+folders a user saves), LoRA, the integer input checks, and rebuilding plain
+models saved by earlier versions (read by `plain_models`)."""
 
 import tempfile
 import weakref
@@ -10,7 +10,7 @@ from pathlib import Path
 import keras
 
 from keras_selfattn.layers.argument_checks import checked_in_range
-from keras_selfattn.models import plain_models, presets
+from keras_selfattn.models import lora, plain_models, preset_folders, presets
 
 _VIEWS = weakref.WeakKeyDictionary()
 
@@ -97,26 +97,59 @@ class FamilyModel(keras.Model):
     def from_preset(cls, preset, load_weights=True, **overrides):
         """A model of preset `preset`: e.g.
         `MusicTransformer.from_preset("maestro_small")` (trained weights that
-        ship with the package, their sha256 checked before loading) or
+        ship with the package, their sha256 checked before loading),
         `MusicTransformer.from_preset("tiny", vocabulary_size=40)` (an
-        untrained architecture, the hyperparameters it lacks given here).
+        untrained architecture, the hyperparameters it lacks given here) or
+        `MusicTransformer.from_preset("my_preset/")` (a folder that
+        `save_to_preset` wrote, loaded in Keras's safe mode, its weights'
+        sha256 checked against its metadata).
 
         A model with trained weights carries `generation_settings`: the
         decoding chosen for it on validation data, as keyword arguments of
         `generate`.
 
         Args:
-            preset: a name in `cls.presets`.
+            preset: a name in `cls.presets`, or a preset folder.
             load_weights: False builds a trained preset's architecture untrained.
             **overrides: constructor arguments replacing the preset's; with
                 trained weights, only `dropout`.
 
         Raises:
             ValueError: an unknown preset or hyperparameter, an override that
-                would change a trained preset's architecture, or a weights
-                file that is missing or whose sha256 differs.
+                would change a trained preset's architecture, a weights file
+                that is missing or whose sha256 differs, or a folder that
+                holds another class or code (a Lambda layer).
         """
+        if preset_folders.is_preset_folder(preset):
+            return preset_folders.load_preset_folder(cls, preset, load_weights, overrides)
         return presets.build_preset(cls, preset, load_weights, overrides)
+
+    def save_to_preset(self, preset_dir, training_command=None):
+        """Saves this model as a preset folder that `from_preset(preset_dir)`
+        loads: `config.json` (its class and hyperparameters, its
+        `generation_settings` included), `model.weights.h5` (LoRA adapters
+        merged into the kernels), `metadata.json` (versions, parameter count,
+        the weights' sha256) and `README.md`, a model card to complete with
+        `training_command` in it. Returns the folder's `Path`."""
+        return preset_folders.save_preset_folder(self, preset_dir, training_command)
+
+    def enable_lora(self, rank, target_names=None):
+        """Low-rank adapters of rank `rank` (Keras's own LoRA) on the kernels
+        of every attention layer's query and value projections and every
+        feed-forward layer's two projections (or the layers named
+        `target_names`); every other weight, those kernels' biases included,
+        is frozen, so that only the adapters train."""
+        lora.enable_lora(self, rank, target_names)
+
+    def save_lora_weights(self, filepath):
+        """Writes the LoRA adapters alone (and their rank) to `filepath`, a
+        `.lora.h5` file that `load_lora_weights` reads."""
+        lora.save_lora_weights(self, filepath)
+
+    def load_lora_weights(self, filepath):
+        """Loads adapters `save_lora_weights` wrote, enabling LoRA at their
+        rank first if it is not."""
+        lora.load_lora_weights(self, filepath)
 
     @classmethod
     def from_model(cls, model):
