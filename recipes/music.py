@@ -68,6 +68,8 @@ from recipes.common.music_recipes import (  # noqa: E402
 NAME = "music"
 ATTENTION_QUERIES = 32  # the last generated events drawn in attention.png
 VALIDATION_CHUNKS = 16  # chunks of the monitoring performances whose loss `fit` reports each epoch
+# The music presets with trained weights, which --preset fine-tunes.
+TRAINED_PRESETS = tuple(name for name, preset in MusicTransformer.presets.items() if preset["weights"])
 
 
 def build_parser():
@@ -126,10 +128,20 @@ def build_parser():
     model.add_argument(
         "--preset",
         default="tiny",
-        choices=sorted(MUSIC_PRESETS),
-        help="model size: tiny (2 layers, width 64; CPU minutes), small (4 layers, width 128; "
-        "an hour on one CPU core) or maestro (Magenta's MAESTRO configuration: 8 layers, width "
-        "384, 8 heads)",
+        help="an architecture trained from scratch: tiny (2 layers, width 64; CPU minutes), small "
+        "(4 layers, width 128; an hour on one CPU core) or maestro (Magenta's MAESTRO "
+        f"configuration: 8 layers, width 384, 8 heads); or trained weights to fine-tune: "
+        f"{', '.join(TRAINED_PRESETS)} (shipped with the package) or a preset folder that "
+        "save_to_preset wrote (every run writes one, <model_dir>/preset). Fine-tuning keeps the "
+        "weights' architecture: it takes none of the model flags below but --lora_rank",
+    )
+    model.add_argument(
+        "--lora_rank",
+        type=harness.non_negative_int,
+        default=0,
+        help="with trained weights (--preset): train only low-rank adapters of this rank on the "
+        "attention's query and value and the feed-forward kernels (enable_lora), the rest "
+        "frozen; 0 (the default): fine-tune every weight",
     )
     model.add_argument(
         "--timing_signal",
@@ -219,12 +231,41 @@ def build_parser():
     return parser
 
 
+# The flags that set the architecture, which trained weights already fix.
+ARCHITECTURE_FLAGS = (
+    "--attention", "--timing_signal", "--max_relative_position", "--block_length", "--compression_factor",
+    "--note_state", "--memory_length",
+)
+
+
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.min_note_ms and args.note_rules == "off":
         parser.error("--min_note_ms: a minimum note length is one of the note rules; it needs --note_rules on")
+    args.initial_weights = initial_weights(parser, args)
     return args
+
+
+def initial_weights(parser, args):
+    """The trained preset or preset folder `--preset` names, else None
+    (an architecture trained from scratch)."""
+    from keras_selfattn.models.preset_folders import is_preset_folder
+
+    if args.preset in MUSIC_PRESETS:
+        if args.lora_rank:
+            parser.error(f"--lora_rank adapts trained weights; --preset {args.preset} is an untrained architecture")
+        return None
+    if args.preset not in TRAINED_PRESETS and not is_preset_folder(args.preset):
+        parser.error(
+            f"--preset must be an architecture ({', '.join(sorted(MUSIC_PRESETS))}), trained weights "
+            f"({', '.join(TRAINED_PRESETS)}) or a preset folder. Received: {args.preset!r}"
+        )
+    given = getattr(args, harness.COMMAND_LINE)
+    fixed = [flag for flag in ARCHITECTURE_FLAGS if any(a == flag or a.startswith(flag + "=") for a in given)]
+    if fixed:
+        parser.error(f"{' / '.join(fixed)}: the weights of --preset {args.preset} fix the architecture")
+    return args.preset
 
 
 # ------------------------------------------------------------------- data
@@ -243,7 +284,13 @@ def held_out_chunks(music_data, performances, length, limit):
 
 
 def build_model(args, vocabulary_size, pad_id, note_event_ids):
-    """The compiled model: Adam, cross-entropy and NLL per event that skip padding."""
+    """The compiled model: Adam, cross-entropy and NLL per event that skip
+    padding; the weights of `--preset` (LoRA on them with `--lora_rank`)
+    when it names trained weights."""
+    if args.initial_weights:
+        model = initial_model(args, vocabulary_size)
+        compile_music_model(model, args, pad_id)
+        return model
     overrides = {}
     if args.timing_signal != "preset":
         overrides["timing_signal"] = args.timing_signal == "on"
@@ -268,6 +315,53 @@ def build_model(args, vocabulary_size, pad_id, note_event_ids):
         ) from None
     compile_music_model(model, args, pad_id)
     return model
+
+
+def model_description(args):
+    if args.initial_weights:
+        return f"from {args.initial_weights}" + (f", LoRA of rank {args.lora_rank}" if args.lora_rank else "")
+    return f"{args.preset}, {args.attention}, note state {args.note_state}"
+
+
+def initial_model(args, vocabulary_size):
+    """The model of `--preset`'s trained weights, LoRA enabled at
+    `--lora_rank` (when not 0), uncompiled."""
+    try:
+        model = MusicTransformer.from_preset(args.initial_weights)
+    except ValueError as error:
+        raise harness.UsageError(f"--preset: {error}") from None
+    if model.vocabulary_size != vocabulary_size:
+        raise harness.UsageError(
+            f"--preset {args.initial_weights}: its model embeds {model.vocabulary_size} ids; "
+            f"the performance events have {vocabulary_size}"
+        )
+    if args.lora_rank:
+        model.enable_lora(args.lora_rank)
+    return model
+
+
+def fine_tuning_start(args, run, music_data, held_out):
+    """`report.json`'s `"fine_tuning"` before training: the initial weights,
+    their held-out NLL per event at the training length (the chunks the
+    1x figure after training is measured on) and how many parameters
+    train."""
+    model = initial_model(args, music_data.MUSIC_VOCABULARY_SIZE)
+    compile_music_model(model, args, music_data.PAD_ID)
+    chunks = held_out_chunks(music_data, held_out, args.sequence_length, args.eval_examples)
+    before = nll_per_event(model, chunks, args.batch_size) if len(chunks) else None
+    trainable = sum(int(np.prod(variable.shape)) for variable in model.trainable_variables)
+    run.log(
+        f"fine-tuning {args.initial_weights}"
+        + (f" with LoRA of rank {args.lora_rank}" if args.lora_rank else "")
+        + f": {trainable:,} of {model.count_params():,} parameters train; held-out NLL per event "
+        f"before: {harness.figure(before, '.4f')} nats ({len(chunks)} chunks of {args.sequence_length} events)"
+    )
+    return {
+        "initial_weights": str(args.initial_weights),
+        "lora_rank": args.lora_rank,
+        "held_out_nll_before": before,
+        "trainable_parameters": trainable,
+    }
 
 
 def compile_music_model(model, args, pad_id):
@@ -491,6 +585,8 @@ def main(argv=None, callbacks=()):
     performances = load_performances(args, run, music_data, args.held_out)
     train, held_out = performances.train, performances.held_out
 
+    fine_tuning = fine_tuning_start(args, run, music_data, held_out) if args.initial_weights else None
+
     def train_model():
         return train_music_transformer(args, run, music_data, performances, callbacks)
 
@@ -500,6 +596,7 @@ def main(argv=None, callbacks=()):
         settings = {
             "name": NAME,
             "preset": args.preset,
+            "lora_rank": args.lora_rank,
             "attention": args.attention,
             "timing_signal": args.timing_signal,
             "max_relative_position": args.max_relative_position,
@@ -520,7 +617,16 @@ def main(argv=None, callbacks=()):
             "held_out_nll_per_event": evaluate(args, run, model, music_data, held_out),
             "uniform_nll_per_event": math.log(music_data.MUSIC_VOCABULARY_SIZE),
         }
+        if fine_tuning:
+            after = report["held_out_nll_per_event"].get("1x", {}).get("nll_per_event")
+            report["fine_tuning"] = {**fine_tuning, "held_out_nll_after": after}
+            run.log(
+                f"held-out NLL per event at 1x: {harness.figure(fine_tuning['held_out_nll_before'], '.4f')} "
+                f"before fine-tuning, {harness.figure(after, '.4f')} after"
+            )
         report["continuation"] = write_continuation(args, run, model, music_data, held_out)
+        preset_dir = model.save_to_preset(run.path("preset"), training_command=run.training_command())
+        run.wrote(f"preset folder (MusicTransformer.from_preset({str(preset_dir)!r}))", preset_dir)
         run.export(model, NAME, **note_rules(args, music_data))
         report = run.write_report(report, model=model, model_settings=settings)
     run.finish()
@@ -549,7 +655,7 @@ def train_music_transformer(args, run, music_data, performances, callbacks):
         if len(validation) else f"no monitoring performance holds {args.sequence_length + 1} events: no validation"
     )
     run.log(
-        f"{NAME} ({args.preset}, {args.attention}, note state {args.note_state}): "
+        f"{NAME} ({model_description(args)}): "
         f"{model.count_params():,} parameters; "
         f"training {args.epochs} epochs x {args.steps_per_epoch} steps of {args.batch_size} x "
         f"{args.sequence_length} events; {validated}"

@@ -48,7 +48,7 @@ TRAIN_FLAGS = (
     "--preset tiny --max_relative_position 128 --timing_signal off --note_state timed "
     "--sequence_length 256 --batch_size 16 --epochs 6 --steps_per_epoch 250 "
     "--learning_rate 2e-3 --learning_rate_schedule cosine --warmup_steps 100 "
-    "--eval_chunks 16 --max_new_tokens 64"
+    "--eval_examples 16 --max_new_tokens 64"
 )
 # The shipped model's grid: three temperatures, no top-p cut, four minimum note lengths.
 DECODING_FLAGS = (

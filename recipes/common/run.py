@@ -217,14 +217,21 @@ class Run:
                 )
             raise
 
+    def training_command(self):
+        """This run's command: the recipe's script (the one that started it
+        when `recipes/<recipe>.py` is not one) and the arguments its flags
+        were parsed from."""
+        return shlex.join(["python", recipe_script(self.recipe), *self._arguments()])
+
     def rerun_command(self):
-        """This run's command with `--evaluate_only`: the recipe's script (the
-        one that started it when `recipes/<recipe>.py` is not one) and the
-        arguments its flags were parsed from."""
-        arguments = list(getattr(self.args, COMMAND_LINE, sys.argv[1:]))
+        """This run's command with `--evaluate_only`."""
+        arguments = self._arguments()
         if "--evaluate_only" not in arguments:
             arguments.append("--evaluate_only")
         return shlex.join(["python", recipe_script(self.recipe), *arguments])
+
+    def _arguments(self):
+        return list(getattr(self.args, COMMAND_LINE, sys.argv[1:]))
 
     def save_model(self, model, name):
         """Saves the trained model as `<model_dir>/<name>.keras`."""
