@@ -112,15 +112,16 @@ def running_max(values):
     """The running maximum of `values [batch, length, ...]` along axis 1.
 
     Hillis and Steele's scan: log2(length) steps, each taking the maximum
-    with the values `shift` positions earlier. Unlike
+    with the values `shift` positions earlier. It shifts by slicing, which
+    ONNX and LiteRT builtins run (LiteRT has no Roll). Unlike
     `keras.ops.associative_scan` on TensorFlow, XLA compiles it.
     """
     length = ops.shape(values)[1]
-    positions = ops.reshape(ops.arange(length, dtype="int32"), (1, -1) + (1,) * (len(values.shape) - 2))
 
     def step(shift, values):
-        earlier = ops.roll(values, shift, axis=1)
-        return shift * 2, ops.where(positions >= shift, ops.maximum(values, earlier), values)
+        # The first `shift` positions have nothing that far back: each is compared with itself.
+        earlier = ops.concatenate([values[:, :shift], values[:, : length - shift]], axis=1)
+        return shift * 2, ops.maximum(values, earlier)
 
     if isinstance(length, int):
         shift = 1
@@ -224,11 +225,18 @@ def _state_features(last_on, last_off, positions):
     """The `note_state` features from each pitch's latest note-on and note-off."""
     sounding = last_on > last_off
     age = ops.cast(positions - last_on, "float32")
-    scaled_age = ops.where(sounding, ops.log1p(age) / _AGE_SCALE, ops.zeros_like(age))
+    scaled_age = ops.where(sounding, _log1p_of_count(age) / _AGE_SCALE, ops.zeros_like(age))
     return ops.concatenate([ops.cast(sounding, "float32"), scaled_age], axis=-1)
 
 
 def _time_ages(sounding, steps):
     """Each sounding pitch's age in time steps, scaled as `note_state` says."""
     steps = ops.cast(steps, "float32")
-    return ops.where(sounding, ops.log1p(steps) / _TIME_AGE_SCALE, ops.zeros_like(steps))
+    return ops.where(sounding, _log1p_of_count(steps) / _TIME_AGE_SCALE, ops.zeros_like(steps))
+
+
+def _log1p_of_count(count):
+    """`log1p` of whole numbers >= 0 (float32, below 2**24) as `log(1 + count)`,
+    the sum being exact: tf2onnx has no Log1p. A TensorFlow graph runs it as
+    Log1p again (Grappler); run eagerly it may differ from log1p by an ulp."""
+    return ops.log(count + 1.0)

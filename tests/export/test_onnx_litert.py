@@ -33,6 +33,7 @@ RNG = np.random.default_rng(11)
 ONE_BLOCK = dict(SMALL, num_layers=1)
 MUSIC_VOCABULARY, SOURCE_VOCABULARY, TARGET_VOCABULARY = 20, 14, 12
 NOTE_EVENT_IDS = {"note_on": (2, 5), "note_off": (6, 9)}
+TIMED_NOTE_EVENT_IDS = dict(NOTE_EVENT_IDS, time_shift=(10, 13))
 GRAPH_VOCABULARY, NUM_RELATIONS = 23, 5
 
 
@@ -40,10 +41,10 @@ def _ids(high, shape, low=0):
     return RNG.integers(low, high, shape).astype("int32")
 
 
-def _music(note_event_ids=None):
+def _music(note_event_ids=None, timed_note_state=False):
     model = music_transformer(
         MUSIC_VOCABULARY, preset="tiny", attention="relative_global", key_dim=8,
-        max_relative_position=8, note_event_ids=note_event_ids, **ONE_BLOCK,
+        max_relative_position=8, note_event_ids=note_event_ids, timed_note_state=timed_note_state, **ONE_BLOCK,
     )
     return model, [{"tokens": _ids(MUSIC_VOCABULARY, shape)} for shape in ((2, 6), (1, 9))]
 
@@ -91,6 +92,7 @@ def _graph():
 FAMILIES = {
     "music": _music,
     "note_state_music": lambda: _music(NOTE_EVENT_IDS),
+    "timed_note_state_music": lambda: _music(TIMED_NOTE_EVENT_IDS, timed_note_state=True),
     "translation": _translation,
     "image": _image,
     "super_resolution": _super_resolution,
@@ -100,18 +102,6 @@ FAMILIES = {
 # `(family, format)`: why the export does not run or differs, naming the op.
 # Strict: a fixed one fails until its mark goes.
 KNOWN_FAILURES = {
-    ("note_state_music", "onnx"): (
-        onnxruntime.capi.onnxruntime_pybind11_state.InvalidGraph,
-        "tf2onnx 1.17 has no handler for Log1p (`ops.log1p` in keras_selfattn/ops/note_state.py "
-        "_state_features), so onnxruntime rejects the graph; `log(1 + age)` would export but "
-        "differs from log1p by an ulp for about a fifth of the ages",
-    ),
-    ("note_state_music", "litert"): (
-        RuntimeError,
-        "LiteRT has no builtin Roll (`ops.roll` in the while loop of keras_selfattn/ops/note_state.py "
-        "running_max at an unknown length): a Flex op, which the interpreter refuses; a gather "
-        "instead runs up to 1.6x slower on TensorFlow",
-    ),
     ("super_resolution", "litert"): (
         RuntimeError,
         "LiteRT has no builtin bicubic resize (`keras.ops.image.resize(interpolation='bicubic')` "

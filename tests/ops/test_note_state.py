@@ -119,3 +119,13 @@ def test_running_max_equals_numpys(length):
     np.testing.assert_array_equal(
         ops.convert_to_numpy(running_max(values)), np.maximum.accumulate(values, axis=1)
     )
+
+
+@pytest.mark.backends("tensorflow", reason="only a TensorFlow graph leaves the length unknown when traced")
+def test_running_max_of_a_length_unknown_when_traced_equals_numpys():
+    import tensorflow as tf
+
+    loop = tf.function(running_max, input_signature=[tf.TensorSpec([None, None, 3], tf.int32)])
+    for length in (1, 2, 7, 33):
+        values = np.random.default_rng(length).integers(-1, 50, (2, length, 3)).astype("int32")
+        np.testing.assert_array_equal(loop(values).numpy(), np.maximum.accumulate(values, axis=1))
