@@ -26,8 +26,9 @@ BEAM = ["tf-models-official==2.20.*"]
 # The JAX backend (`KERAS_BACKEND=jax`).
 JAX = ["jax"]
 # `keras_selfattn.data.music`: performance encodings, MIDI in and out, WAV out through
-# midirenderer's SoundFont synthesizer (matplotlib for the music recipe's plots).
-MUSIC = ["note-seq==0.0.5", "matplotlib", "midirenderer==0.1.*"]
+# midirenderer's SoundFont synthesizer (matplotlib for the music recipe's plots), and
+# music21 for the scores of its corpus (`keras_selfattn.data.music.scores`).
+MUSIC = ["note-seq==0.0.5", "matplotlib", "midirenderer==0.1.*", "music21==10.5.*"]
 # `keras_selfattn.data.text`: SentencePiece, in-graph tokenization, WMT14 through
 # tensorflow-datasets; BLEU (`keras_selfattn.models.metrics.translation_scores`).
 TEXT = ["tensorflow-text==2.20.*", "sentencepiece", "sacrebleu", "tensorflow-datasets"]
