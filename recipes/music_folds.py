@@ -152,7 +152,7 @@ def markdown_tables(reports, chosen, scores, pooled, pooled_held_out):
         "| --- |" + " --- |" * (len(folds) + 2),
     ]
     for name, (worst, median, _) in scores.items():
-        cells = [f"{ratio:.2f}x" for ratio in worst] + [f"{median:.2f}x", f"{worst_ratio(pooled[name], pooled_held_out):.2f}x"]
+        cells = [_ratio(ratio) for ratio in [*worst, median, worst_ratio(pooled[name], pooled_held_out)]]
         label = f"**{name} (chosen)**" if name == chosen else name
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "| fold (held out) | NLL at 1x | " + " | ".join(
@@ -162,10 +162,15 @@ def markdown_tables(reports, chosen, scores, pooled, pooled_held_out):
         ours, piece = decoding["settings"][chosen], decoding["held_out"]
         nll = train["held_out_nll_per_event"].get("1x", {}).get("nll_per_event")
         cells = [harness.figure(nll, ".4f")] + [f"{_format(key, ours[key])} / {_format(key, piece[key])}" for key in RATIO_KEYS]
-        lines.append(f"| {fold} (Maestro_{fold}) | " + " | ".join(cells) + f" | {worst_ratio(ours, piece):.2f}x |")
+        lines.append(f"| {fold} (Maestro_{fold}) | " + " | ".join(cells) + f" | {_ratio(worst_ratio(ours, piece))} |")
     cells = [f"{_format(key, pooled[chosen][key])} / {_format(key, pooled_held_out[key])}" for key in RATIO_KEYS]
-    lines.append("| pooled | | " + " | ".join(cells) + f" | {worst_ratio(pooled[chosen], pooled_held_out):.2f}x |")
+    lines.append("| pooled | | " + " | ".join(cells) + f" | {_ratio(worst_ratio(pooled[chosen], pooled_held_out))} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(value):
+    """A ratio for the tables; infinite where the piece has none of what is counted."""
+    return f"{value:.2f}x" if np.isfinite(value) else "inf"
 
 
 def _format(key, value):

@@ -77,7 +77,7 @@ TRAINED_PRESETS = {
         sha256="7367cac95ec3df8940945b21ff2d2db4c0f470f4ff6e89ae02b1e48adb0656d3",
         card="docs/models/maestro_small.md",
         license="CC-BY-NC-SA-4.0",
-        generation=dict(temperature=0.95, top_p=1.0, note_event_ids=MAESTRO_EVENT_IDS, min_note_steps=5),
+        generation=dict(temperature=0.9, top_p=1.0, note_event_ids=MAESTRO_EVENT_IDS, min_note_steps=3),
     ),
 }
 
