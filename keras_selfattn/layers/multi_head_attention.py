@@ -7,6 +7,7 @@ from keras import ops
 from keras_selfattn.compat import MultiHeadAttentionInternals, get_keras_mask, set_keras_mask
 from keras_selfattn.layers.attention_call import AttentionCall
 from keras_selfattn.layers.attention_input_checks import AttentionInputChecks
+from keras_selfattn.layers.quantized_sublayers import dtype_config
 from keras_selfattn.ops.attention import dot_product_attention
 from keras_selfattn.ops.cache import read_cache, update_cache
 from keras_selfattn.ops.masks import (
@@ -40,6 +41,12 @@ class MultiHeadAttention(
     `[batch, key_length, value_dim]`. Inputs with other attention axes
     (`attention_axes`) or extra non-attention axes are computed as in Keras
     and take no cache or bias.
+
+    Quantized (`model.quantize("int8")`), the projections hold int8 weights
+    and the layer's config keeps their policies (a
+    `keras.dtype_policies.DTypePolicyMap`), so that a `.keras` file loads
+    them quantized; Keras's layer rebuilds them float, which the saved int8
+    weights do not fit.
 
     Subclassing: Keras's documented hook `_compute_attention(query, key,
     value, attention_mask, training, return_attention_scores)` may be
@@ -157,6 +164,14 @@ class MultiHeadAttention(
         key_shape = value_shape if key_shape is None else key_shape
         self._check_build_shapes(query_shape, value_shape, key_shape)
         super().build(query_shape, value_shape, key_shape)
+
+    def get_config(self):
+        projections = ()
+        if self.built:
+            projections = (
+                self.query_dense, self.key_dense, self.value_dense, self.output_dense, self.gate_dense
+            )
+        return {**super().get_config(), "dtype": dtype_config(self, projections)}
 
     def call(
         self,

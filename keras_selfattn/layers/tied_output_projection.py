@@ -17,6 +17,10 @@ class TiedOutputProjection(keras.layers.Layer):
     shared-object ids). A bare `get_config` / `from_config` round trip
     outside saving makes a new, separate embedding.
 
+    An embedding quantized to int8 (`model.quantize("int8")`) keeps a scale
+    per row: each logit is divided by its row's scale. Other quantization
+    modes raise `NotImplementedError` when the layer is called.
+
     Shapes: input `[..., width]` with `width == embedding.output_dim`;
     output `[..., embedding.input_dim]`.
 
@@ -87,9 +91,23 @@ class TiedOutputProjection(keras.layers.Layer):
     def call(self, inputs):
         matrix = ops.cast(self.embedding.embeddings, self.compute_dtype)
         logits = ops.matmul(inputs, ops.transpose(matrix))
+        if self.embedding.quantization_mode is not None:
+            logits = logits / ops.cast(self._row_scales(), self.compute_dtype)
         if self.use_bias:
             logits = logits + ops.cast(self.bias, self.compute_dtype)
         return logits
+
+    def _row_scales(self):
+        """The scale of each row of an int8 embedding matrix: row `v` of the
+        float matrix is `embeddings[v] / embeddings_scale[v]`, so the logit
+        of `v` is divided by it."""
+        mode = self.embedding.quantization_mode
+        if mode != "int8":
+            raise NotImplementedError(
+                "TiedOutputProjection supports an embedding quantized to int8 only. "
+                f"Received: the embedding's quantization_mode={mode!r}"
+            )
+        return self.embedding.embeddings_scale
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)

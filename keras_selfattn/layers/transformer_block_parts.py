@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_selfattn.layers.quantized_sublayers import dtype_config
+
 
 def check_block_arguments(attention, feedforward_dim, dropout):
     """Raises `ValueError` for arguments no Transformer block can use."""
@@ -74,8 +76,11 @@ def build_once(layer, *shapes):
 
 
 def block_config(block):
-    """The constructor arguments both Transformer blocks have, serialized."""
+    """The constructor arguments both Transformer blocks have, serialized;
+    `dtype` names the feed-forward layers that are quantized."""
+    feedforward_layers = block._feedforward.layers if block.built else ()
     return {
+        "dtype": dtype_config(block, feedforward_layers),
         "self_attention": keras.layers.serialize(block.self_attention),
         "feedforward_dim": block.feedforward_dim,
         "dropout": block.dropout,

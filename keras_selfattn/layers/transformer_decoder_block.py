@@ -26,6 +26,10 @@ class TransformerDecoderBlock(keras.layers.Layer):
     self-attention's static KV cache is updated at `cache_update_index` and
     returned with the output.
 
+    Quantized (`model.quantize("int8")`), its config keeps the int8
+    policies of its feed-forward layers, so that a `.keras` file loads them
+    quantized.
+
     Args:
         self_attention: the causal attention layer instance; its output
             width must equal the input width.

@@ -22,6 +22,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
     `LocalAttention1D` or `LocalAttention2D` (unmasked). Inputs are
     `[batch, ..., hidden_dim]`: sequences, or images for 2D attention.
 
+    Quantized (`model.quantize("int8")`), its config keeps the int8
+    policies of its feed-forward layers, so that a `.keras` file loads them
+    quantized.
+
     Args:
         self_attention: the attention layer instance; its output width must
             equal the input width.
