@@ -73,6 +73,13 @@ PROGRAMS = {
             "Long generation: tiny preset": ["ratio"],
         },
     ),
+    "benchmarks.quantization": (
+        ["--quick", "--chunks", "2", "--events", "4", "--tokens", "4", "--image_size", "4", "--rounds", "1"],
+        {
+            "int8 against float32: held-out metric and weights": ["file ratio", "variables ratio"],
+            "int8 against float32: speed at batch 1": ["int8 / float32"],
+        },
+    ),
 }
 
 # The same for the programs that run on JAX.
