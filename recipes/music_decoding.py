@@ -62,6 +62,7 @@ from recipes.common.music_recipes import (  # noqa: E402
     closest_setting,
     load_performances,
     worst_ratio,
+    write_continuations,
 )
 
 NAME = "music_decoding"
@@ -290,17 +291,6 @@ def log_table(run, rows, references, held_out):
         run.log(f"{name:{width}s}" + "".join(f"{ratio:20.2f}" for ratio in ratios))
 
 
-def write_continuations(run, continuations, primer_events):
-    """Writes `continuations.npz`: each setting's continuations (primer
-    included) as `[n, events]` int32 under its name, and `primer_events`,
-    so that folds' continuations can be pooled."""
-    path = run.path("continuations.npz")
-    np.savez_compressed(path, primer_events=primer_events, **{
-        name: np.asarray(tokens, "int32") for name, tokens in continuations.items()
-    })
-    return run.wrote("continuations (primer included) of every setting", path)
-
-
 def model_config(model):
     """What the report says of the scored model."""
     from keras_selfattn.models import MusicTransformer
@@ -341,11 +331,11 @@ def main(argv=None):
             [tokens for _, tokens in pieces], starts=[len(primer) for primer, _ in pieces]
         )
         rows.append((name, statistics))
-        continuations[name] = np.stack([tokens for _, tokens in pieces])
+        continuations[name] = pieces
         midi_path = run.path(f"{name.replace(' ', '_').replace(',', '')}.mid")
         music_data.events_to_midi(pieces[0][1], str(midi_path))
         run.wrote(f"MIDI, {name}", midi_path)
-    write_continuations(run, continuations, args.primer_events)
+    write_continuations(run, continuations)
     references = reference_statistics(args, music_data, windows, train)
     log_table(run, rows, references, held_out_statistics)
     worst = {name: worst_ratio(statistics, held_out_statistics) for name, statistics in rows}

@@ -38,7 +38,13 @@ from recipes.common import harness  # sets up the environment before Keras is im
 import numpy as np  # noqa: E402
 
 from recipes.common.cli import run_recipe  # noqa: E402
-from recipes.common.music_recipes import RATIO_KEYS, mean_log_ratio, music_data_dir, worst_ratio  # noqa: E402
+from recipes.common.music_recipes import (  # noqa: E402
+    RATIO_KEYS,
+    mean_log_ratio,
+    music_data_dir,
+    read_continuations,
+    worst_ratio,
+)
 
 NAME = "music_folds"
 FOLDS = tuple(range(1, 11))
@@ -133,10 +139,11 @@ def pooled_statistics(args, run, music_data, names):
     continuations = {name: [] for name in names}
     starts = {name: [] for name in names}
     for fold in args.folds:
-        saved = np.load(fold_commands(args, fold)[1][2].parent / "continuations.npz")
+        path = fold_commands(args, fold)[1][2].parent / "continuations.npz"
         for name in names:
-            continuations[name] += list(saved[name])
-            starts[name] += [int(saved["primer_events"])] * len(saved[name])
+            tokens, primer_lengths = read_continuations(path, name)
+            continuations[name] += tokens
+            starts[name] += primer_lengths
     files = [music_data.fold_splits(fold, music_data_dir(args, music_data))["validation"][0] for fold in args.folds]
     performances, _ = music_data.encode_performances(files, music_data_dir(args, music_data) / "encoded")
     pooled = {name: music_data.performance_statistics(continuations[name], starts=starts[name]) for name in names}

@@ -195,3 +195,25 @@ def closest_setting(rows, held_out):
 def _ratios_either_way(statistics, held_out):
     ratios = [statistics[key] / held_out[key] if held_out[key] else float("inf") for key in RATIO_KEYS]
     return [max(r, 1 / r) if r else float("inf") for r in ratios]
+
+
+def write_continuations(run, continuations):
+    """Writes `continuations.npz`: for each setting `NAME`, its
+    continuations (primers included) end to end as `NAME:tokens`, each one's
+    length as `NAME:lengths` and its primer's as `NAME:starts`, so that
+    folds' continuations can be pooled."""
+    arrays = {}
+    for name, pieces in continuations.items():
+        arrays[f"{name}:tokens"] = np.concatenate([tokens for _, tokens in pieces]).astype("int32")
+        arrays[f"{name}:lengths"] = np.array([len(tokens) for _, tokens in pieces], "int64")
+        arrays[f"{name}:starts"] = np.array([len(primer) for primer, _ in pieces], "int64")
+    path = run.path("continuations.npz")
+    np.savez_compressed(path, **arrays)
+    return run.wrote("continuations (primer included) of every setting", path)
+
+
+def read_continuations(path, name):
+    """`(continuations, primer lengths)` of setting `name` in a `continuations.npz`."""
+    saved = np.load(path)
+    ends = np.cumsum(saved[f"{name}:lengths"])
+    return np.split(saved[f"{name}:tokens"], ends[:-1]), [int(start) for start in saved[f"{name}:starts"]]
