@@ -31,6 +31,7 @@ DISTRIBUTIONS = {
 # distributions' own requirements, checked below against their metadata).
 BRINGS = {
     "tensorflow": {"numpy", "protobuf", "grpcio", "requests"},
+    "keras": {"h5py"},
     "note-seq": {"pretty-midi", "mido", "numpy", "scipy"},
     "pretty-midi": {"mido"},
     "scikit-learn": {"scipy"},

@@ -331,7 +331,7 @@ def test_note_state_flag_gives_the_model_the_sounding_notes(flag, reacts):
     argv = ["--model_dir", "unused", "--note_state", flag, "--attention", "relative_local", "--block_length", "4",
             "--max_relative_position", "8"]
     model = music.build_model(
-        music.build_parser().parse_args(argv), music_data.MUSIC_VOCABULARY_SIZE, 0, ranges
+        music.parse_args(argv), music_data.MUSIC_VOCABULARY_SIZE, 0, ranges
     )
     time_shift = ranges["time_shift"][0]
     struck = np.array([[ranges["note_on"][0] + 60 - music_data.MIN_PITCH] + [time_shift] * 40], "int32")
@@ -342,7 +342,7 @@ def test_note_state_flag_gives_the_model_the_sounding_notes(flag, reacts):
 
 
 def test_a_local_table_longer_than_the_window_names_the_flags():
-    args = music.build_parser().parse_args(
+    args = music.parse_args(
         ["--model_dir", "unused", "--attention", "relative_local", "--block_length", "4",
          "--max_relative_position", "64", "--preset", "tiny"]
     )
@@ -354,7 +354,7 @@ def test_a_local_table_longer_than_the_window_names_the_flags():
 def test_local_compressed_flags_build_it_and_its_figure_counts_memory_entries():
     flags = ["--model_dir", "unused", "--attention", "local_compressed", "--block_length", "4",
              "--max_relative_position", "8", "--preset", "tiny"]
-    parse = music.build_parser().parse_args
+    parse = music.parse_args
     model = music.build_model(parse([*flags, "--compression_factor", "4"]), 40, pad_id=0, note_event_ids=None)
     config = model.get_config()
     assert (config["attention"], config["block_length"], config["compression_factor"]) == ("local_compressed", 4, 4)
@@ -457,7 +457,7 @@ def test_a_continuation_without_notes_has_null_figures():
 
 def test_memory_length_builds_a_model_whose_window_spans_memory_and_sequence_length():
     flags = ["--model_dir", "unused", "--timing_signal", "off", "--sequence_length", "12", "--preset", "tiny"]
-    parse = music.build_parser().parse_args
+    parse = music.parse_args
     model = music.build_model(parse([*flags, "--memory_length", "6"]), 40, pad_id=0, note_event_ids=None)
     config = model.get_config()
     assert (config["memory_length"], config["segment_length"], model.cache_window) == (6, 12, 18)
