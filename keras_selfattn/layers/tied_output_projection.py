@@ -17,9 +17,9 @@ class TiedOutputProjection(keras.layers.Layer):
     shared-object ids). A bare `get_config` / `from_config` round trip
     outside saving makes a new, separate embedding.
 
-    An embedding quantized to int8 (`model.quantize("int8")`) keeps a scale
-    per row: each logit is divided by its row's scale. Other quantization
-    modes raise `NotImplementedError` when the layer is called.
+    A quantized embedding (`model.quantize(...)`) is read through its own
+    lookup, which dequantizes each row, so the logits use the same rows the
+    embedding gives its inputs.
 
     Shapes: input `[..., width]` with `width == embedding.output_dim`;
     output `[..., embedding.input_dim]`.
@@ -89,25 +89,17 @@ class TiedOutputProjection(keras.layers.Layer):
             self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
 
     def call(self, inputs):
-        matrix = ops.cast(self.embedding.embeddings, self.compute_dtype)
-        logits = ops.matmul(inputs, ops.transpose(matrix))
-        if self.embedding.quantization_mode is not None:
-            logits = logits / ops.cast(self._row_scales(), self.compute_dtype)
+        logits = ops.matmul(inputs, ops.transpose(self._float_matrix()))
         if self.use_bias:
             logits = logits + ops.cast(self.bias, self.compute_dtype)
         return logits
 
-    def _row_scales(self):
-        """The scale of each row of an int8 embedding matrix: row `v` of the
-        float matrix is `embeddings[v] / embeddings_scale[v]`, so the logit
-        of `v` is divided by it."""
-        mode = self.embedding.quantization_mode
-        if mode != "int8":
-            raise NotImplementedError(
-                "TiedOutputProjection supports an embedding quantized to int8 only. "
-                f"Received: the embedding's quantization_mode={mode!r}"
-            )
-        return self.embedding.embeddings_scale
+    def _float_matrix(self):
+        """The embedding matrix in the compute dtype; a quantized embedding's
+        rows as its own lookup dequantizes them, whatever its mode."""
+        if self.embedding.quantization_mode is None:
+            return ops.cast(self.embedding.embeddings, self.compute_dtype)
+        return ops.cast(self.embedding(ops.arange(self.units)), self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
