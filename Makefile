@@ -22,7 +22,8 @@ TEST_ENV += TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 # all their Python sources again (9 s of TensorFlow's 15 s import). Writing the
 # bytecode once took tests/training's distribution and segment-memory tests and
 # tests/models/test_sequence_models.py from 157 s to 106 s on one core.
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider
+# Each stage ends with its 15 slowest tests: where the suite's time goes.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider --durations=15
 # Each test stage appends "<stage> <seconds> s" here when it passes (.ci/run prints them).
 STAGE_TIMES ?= /dev/null
 timed = start=$$(date +%s); $(2) && echo "$(1) $$(( $$(date +%s) - start )) s" >> $(STAGE_TIMES)
