@@ -5,8 +5,10 @@ held-out melody.
 Data: as recipes/music.py, every .mid/.midi file under `--midi_dir` or by
 default the 10 MAESTRO performances of the miditok 3.1.0 source distribution.
 Each performance's melody is inferred by note-seq's melody inference
-(`keras_selfattn.data.music.melody_events`) and written in the performance
-events' vocabulary. Both models train on the same random crops of
+(`keras_selfattn.data.music.melody_events`), or with `--melody first_track`
+read from each file's first track (the soprano of the Bach chorales that
+`keras_selfattn.data.music.chorales.write_chorales_as_midi` writes), and
+written in the performance events' vocabulary. Both models train on the same random crops of
 `--sequence_length + 1` events for `--epochs` x `--steps_per_epoch` steps;
 the melody-conditioned model (`MelodyConditionedMusicTransformer`) also reads
 the melody's events in each crop's time span, the other
@@ -26,6 +28,9 @@ in, performance out). A killed run started again with the same flags resumes
 where it stopped.
 
     python recipes/music_accompaniment.py --model_dir runs/accompaniment --preset tiny --epochs 5
+    python -c "from keras_selfattn.data.music.chorales import write_chorales_as_midi; write_chorales_as_midi('runs/chorales')"
+    python recipes/music_accompaniment.py --model_dir runs/accompaniment_chorales --midi_dir runs/chorales \
+        --melody first_track
 """
 
 import math
@@ -75,6 +80,15 @@ def build_parser():
         help="performance events per training crop and held-out chunk; the melody of a crop's time "
         "span is cut to as many events (it rarely has a fifth as many)",
     )
+    data.add_argument(
+        "--melody",
+        choices=("inferred", "first_track"),
+        default="inferred",
+        help="inferred: note-seq's melody inference over each performance; first_track: each "
+        "file's first track is the melody, given (the soprano of the Bach chorales that "
+        "keras_selfattn.data.music.chorales.write_chorales_as_midi writes); a file without notes "
+        "there is skipped and named",
+    )
     add_held_out_flag(data)
     harness.add_renamed_flag(
         data,
@@ -120,10 +134,25 @@ def build_parser():
 # ------------------------------------------------------------------- data
 
 
-def with_melodies(run, music_data, performances):
-    """`[(events, melody events)]` of each performance."""
-    run.log(f"inferring the melodies of {len(performances)} performances (note-seq) ...")
-    return [(events, music_data.melody_events(events)) for events in performances]
+def with_melodies(args, run, music_data, performances, files):
+    """`[(events, melody events)]` of each performance (`files`: their MIDI
+    files), its melody inferred or, with `--melody first_track`, its file's
+    first track; a file without notes there is skipped and named."""
+    if args.melody == "inferred":
+        run.log(f"inferring the melodies of {len(performances)} performances (note-seq) ...")
+        return [(events, music_data.melody_events(events)) for events in performances]
+    from keras_selfattn.data.music.chorales import first_track_melody_events
+
+    run.log(f"reading the melodies of {len(performances)} performances from their files' first tracks ...")
+    pieces = []
+    for events, path in zip(performances, files):
+        try:
+            pieces.append((events, first_track_melody_events(str(path))))
+        except ValueError as error:
+            run.log(f"skipped {path}: {error}")
+    if not pieces:
+        raise harness.UsageError(f"--melody first_track: no file of {len(files)} has notes on its first track")
+    return pieces
 
 
 def melody_row(music_data, pieces, index, start, stop, width):
@@ -316,8 +345,8 @@ def main(argv=None, callbacks=()):
     from keras_selfattn.data import music as music_data
 
     performances = load_performances(args, run, music_data, args.held_out)
-    train_pieces = with_melodies(run, music_data, performances.train)
-    held_out = with_melodies(run, music_data, performances.held_out)
+    train_pieces = with_melodies(args, run, music_data, performances.train, performances.files["train"])
+    held_out = with_melodies(args, run, music_data, performances.held_out, performances.files["held_out"])
     models = train(args, run, music_data, train_pieces, callbacks)
     with run.evaluation(CONDITIONED):
         report = {
@@ -334,7 +363,7 @@ def main(argv=None, callbacks=()):
             "accompaniment": accompany(args, run, models, music_data, held_out),
         }
         run.export(models[CONDITIONED][0], SERVING_NAME, note_event_ids=note_event_ids(args, music_data))
-        settings = {"name": CONDITIONED, "preset": args.preset, "note_state": args.note_state}
+        settings = {"name": CONDITIONED, "preset": args.preset, "note_state": args.note_state, "melody": args.melody}
         report = run.write_report(report, model=models[CONDITIONED][0], model_settings=settings)
     run.finish()
     return report

@@ -24,13 +24,15 @@ RATIO_KEYS = ("median_note_seconds", "share_of_notes_over_2s", "p95_polyphony")
 class Performances(NamedTuple):
     """Encoded event arrays by role: `held_out` is what the run reports on,
     `monitor` what `fit` validates on (the validation split when there is
-    one); `splits` describes the split for `report.json`."""
+    one); `splits` describes the split for `report.json`; `files` gives each
+    role's MIDI files, one per array (`{"train": [Path, ...], ...}`)."""
 
     train: list
     held_out: list
     monitor: list
     data_dir: Path
     splits: dict
+    files: dict
 
 
 def add_held_out_flag(group, default="validation"):
@@ -77,7 +79,10 @@ def load_performances(args, run, music_data, held_out_split):
     report = split_report(
         splits, held_out_split, monitor_split, embedded=not args.midi_dir, fold=getattr(args, "fold", None)
     )
-    return Performances(encoded["train"], encoded[held_out_split], encoded[monitor_split], data_dir, report)
+    roles = {"train": "train", "held_out": held_out_split, "monitor": monitor_split}
+    events = {role: encoded[split][0] for role, split in roles.items()}
+    files = {role: encoded[split][1] for role, split in roles.items()}
+    return Performances(events["train"], events["held_out"], events["monitor"], data_dir, report, files)
 
 
 def music_data_dir(args, music_data):
@@ -129,7 +134,8 @@ def _midi_splits(args, run, music_data, data_dir):
 
 
 def _encoded(run, music_data, split, files, cache_dir):
-    """The event arrays of one split's MIDI files, encoded once into `cache_dir`."""
+    """`(event arrays, their files)` of one split's MIDI files, encoded once
+    into `cache_dir`; the files skipped are logged by name."""
     run.log(f"encoding the {split} performances (cached in {cache_dir}) ...")
     try:
         performances, skipped = music_data.encode_performances(files, cache_dir)
@@ -139,7 +145,8 @@ def _encoded(run, music_data, split, files, cache_dir):
         run.log(f"skipped {path}: {reason}")
     events = sum(len(p) for p in performances)
     run.log(f"{split}: {len(performances)} performances, {events:,} events, {len(skipped)} skipped")
-    return performances
+    left_out = {Path(path) for path, _ in skipped}
+    return performances, [path for path in map(Path, files) if path not in left_out]
 
 
 def compile_for_events(model, learning_rate, pad_id):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_selfattn.data import music
-from keras_selfattn.data.music.chorales import chorale_melody_events, chorale_names, write_chorales_as_midi
+from keras_selfattn.data.music.chorales import chorale_names, first_track_melody_events, write_chorales_as_midi
 from keras_selfattn.data.music.melody import performance_notes, total_steps
 
 music21 = pytest.importorskip("music21")
@@ -44,7 +44,7 @@ def soprano_notes_from_the_score():
 
 def test_the_melody_is_the_soprano_as_the_score_writes_it(written):
     path = str(written[0][0])
-    melody = chorale_melody_events(path)
+    melody = first_track_melody_events(path)
     assert performance_notes(melody) == soprano_notes_from_the_score()
     performance = music.midi_to_events(path)
     assert total_steps(melody) == total_steps(performance)
@@ -68,4 +68,4 @@ def test_a_file_without_notes_is_refused_by_name(tmp_path):
     empty = tmp_path / "empty.mid"
     pretty_midi.PrettyMIDI().write(str(empty))
     with pytest.raises(ValueError, match="`midi`.*empty.mid"):
-        chorale_melody_events(str(empty))
+        first_track_melody_events(str(empty))

@@ -211,3 +211,41 @@ def test_a_run_killed_in_the_second_models_training_resumes_it(run, tmp_path):
     assert "continuing at epoch 2 of 2" in printed
     assert again["run"]["resumed_from_epoch"] == 1 and not (tmp_path / "backup").exists()
     assert again["held_out_nll_per_event"]["unconditioned"] < math.log(310)
+
+
+class _Log:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, line):
+        self.lines.append(line)
+
+
+def test_the_melody_can_be_each_files_first_track_and_a_file_without_one_is_named(tmp_path):
+    """`--melody first_track`: the melody given on the first track, on the
+    performance's time grid; a file whose first track has no note in the
+    piano's range is skipped and named."""
+    import pretty_midi
+
+    from keras_selfattn.data import music as music_data
+    from keras_selfattn.data.music.melody import performance_notes
+
+    def write(name, melody_notes):
+        midi = pretty_midi.PrettyMIDI()
+        melody, accompaniment = pretty_midi.Instrument(0), pretty_midi.Instrument(0)
+        for index, pitch in enumerate(melody_notes):
+            melody.notes.append(pretty_midi.Note(90, pitch, 0.5 * index, 0.5 * index + 0.5))
+        for index in range(8):
+            accompaniment.notes.append(pretty_midi.Note(70, 48 + index % 3, 0.5 * index, 0.5 * index + 0.25))
+        midi.instruments += [melody, accompaniment]
+        midi.write(str(tmp_path / name))
+        return tmp_path / name
+
+    files = [write("tune.mid", [72, 74, 76, 77]), write("no_tune.mid", [12, 14, 16, 17])]
+    events = [music_data.midi_to_events(path) for path in files]
+    args = music_accompaniment.build_parser().parse_args(["--model_dir", str(tmp_path), "--melody", "first_track"])
+    log = _Log()
+    pieces = music_accompaniment.with_melodies(args, log, music_data, events, files)
+    assert len(pieces) == 1 and pieces[0][0] is events[0]
+    assert performance_notes(pieces[0][1]) == [(72, 0, 50), (74, 50, 100), (76, 100, 150), (77, 150, 200)]
+    assert any("no_tune.mid" in line and "first track" in line for line in log.lines)

@@ -7,7 +7,7 @@ it: four tracks, soprano first, then alto, tenor and bass, notes at the
 written durations at 120 quarter notes a minute (the encodings carry no
 tempo), constant velocity, no pedal, repeats not taken. Read as a
 performance (`midi_to_events`) the four voices merge into one piano part;
-the soprano track is the melody (`chorale_melody_events`).
+the soprano track is the melody (`first_track_melody_events`).
 
 Only chorales of exactly four parts whose first part is the highest on
 average are written; the others (instrumental parts, other voicings) are
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_selfattn.data.music.events import MAX_PITCH, MIN_PITCH, load_note_sequence
+from keras_selfattn.data.music.events import MAX_PITCH, MIN_PITCH, STEPS_PER_SECOND, load_note_sequence
 from keras_selfattn.data.music.melody import notes_to_events
 from keras_selfattn.data.music.scores import corpus_folder
 
@@ -77,18 +77,17 @@ def write_chorales_as_midi(folder, names=None):
     return written, skipped
 
 
-def chorale_melody_events(midi, *, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
-    """The soprano of a chorale `write_chorales_as_midi` wrote, as melody
-    events (note-ons, note-offs and time shifts, no velocity) on the time
-    grid of `midi_to_events(midi)`: the melody given, where
-    `melody_events` would infer one.
+def first_track_melody_events(midi, *, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
+    """The notes of `midi`'s first track holding notes (the soprano of a chorale
+    `write_chorales_as_midi` wrote) as melody events (note-ons, note-offs
+    and time shifts, no velocity) on the time grid of
+    `midi_to_events(midi)`: the melody given, where `melody_events` would
+    infer one.
 
     Raises:
-        ValueError: `midi` has no note on its first track.
+        ValueError: `midi`'s first track has no note in `min_pitch..max_pitch`.
     """
     from note_seq import sequences_lib
-
-    from keras_selfattn.data.music.events import STEPS_PER_SECOND
 
     sequence = load_note_sequence(midi)
     quantized = sequences_lib.quantize_note_sequence_absolute(sequence, STEPS_PER_SECOND)
@@ -99,6 +98,9 @@ def chorale_melody_events(midi, *, min_pitch=MIN_PITCH, max_pitch=MAX_PITCH):
         if note.instrument == first_track and min_pitch <= note.pitch <= max_pitch
     ]
     if not notes:
-        raise ValueError(f"`midi` must hold a chorale with a soprano track. Received: {midi!r} (no note)")
+        raise ValueError(
+            f"`midi` must have notes in pitches {min_pitch}..{max_pitch} on its first track, the melody. "
+            f"Received: {midi!r} (none)"
+        )
     duration = max(note.quantized_end_step for note in quantized.notes)
     return notes_to_events(sorted(notes, key=lambda note: note[1]), duration, min_pitch, max_pitch)
