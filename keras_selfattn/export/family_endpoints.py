@@ -23,6 +23,7 @@ from keras_selfattn.models.plain_models import held_encoder
 from keras_selfattn.models.super_resolution import SuperResolutionTransformer
 from keras_selfattn.models.translation_transformer import TranslationTransformer
 from keras_selfattn.models.variable_misuse_model import VariableMisuseModel
+from keras_selfattn.ops.note_state import time_shift_id_range
 
 
 def music_endpoints(model, options):
@@ -40,14 +41,19 @@ def music_endpoints(model, options):
 def melody_endpoints(model, options):
     """`serving_default` (the forward pass) and `accompany` (`generate` per
     row, melody in, performance out, with the note rules of
-    `options.note_event_ids`), primer and new tokens up to
-    `options.max_length` (2048 by default)."""
-    options.refuse_others("accompaniment", "note_event_ids")
+    `options.note_event_ids` and, with `options.melody_onsets`, each melody
+    note-on at its time), primer and new tokens up to `options.max_length`
+    (2048 by default)."""
+    options.refuse_others("accompaniment", "note_event_ids", "melody_onsets")
     max_length = options.length_for(model, 2048)
-    note_rules = None
-    if options.note_event_ids is not None:
-        note_rules = NoteRules.from_event_ids(options.note_event_ids, model.vocabulary_size)
-    accompany = melody_signatures.accompany_endpoint(model, max_length, note_rules)
+    if options.melody_onsets and options.note_event_ids is None:
+        raise ValueError(
+            "`melody_onsets` needs the note rules: pass `note_event_ids` with its 'time_shift' range. "
+            "Received: note_event_ids=None"
+        )
+    note_rules = NoteRules.from_options(options.note_event_ids, model.vocabulary_size)
+    time_shifts = time_shift_id_range(options.note_event_ids, model.vocabulary_size) if options.melody_onsets else None
+    accompany = melody_signatures.accompany_endpoint(model, max_length, note_rules, time_shifts)
     return [forward_endpoint(model, "logits"), accompany], []
 
 

@@ -10,13 +10,14 @@ from keras_selfattn.export.sequence_signatures import (
     continue_rows,
 )
 from keras_selfattn.generation.melody import MelodyDecoder
+from keras_selfattn.generation.melody_onsets import MelodyOnsets
 from keras_selfattn.models.melody_conditioned_music_transformer import MELODY_PAD_ID
 from keras_selfattn.ops.masks import sequence_mask
 
 ROWS = request_checks.ROWS
 
 
-def accompany_endpoint(model, max_length, note_rules=None):
+def accompany_endpoint(model, max_length, note_rules=None, time_shifts=None):
     """`accompany(melody, melody_length, primer, primer_length,
     max_new_tokens, temperature, top_k, top_p, seed)` -> `{"tokens": int32
     [B, L], "status": string [B]}`.
@@ -27,8 +28,9 @@ def accompany_endpoint(model, max_length, note_rules=None):
     settings are `generate`'s (`sequence_signatures.generate_endpoint`), and
     so is `tokens`. Each good row is what the model's `generate` gives its
     own melody and primer alone (with `note_event_ids` when `note_rules`, a
-    `NoteRules`, is given). A bad row gets its problem in `status` and zeros
-    in `tokens`."""
+    `NoteRules`, is given, and `melody_onsets=True` when `time_shifts`, the
+    vocabulary's `(time_shift_id, num_time_shifts)`, is). A bad row gets its
+    problem in `status` and zeros in `tokens`."""
     vocabulary_size = model.vocabulary_size
     max_melody_length = model.max_melody_length
 
@@ -60,7 +62,8 @@ def accompany_endpoint(model, max_length, note_rules=None):
         melody = request_checks.good_or(good, tf.where(in_melody, melody, MELODY_PAD_ID), MELODY_PAD_ID)
         melody = tf.pad(melody, [[0, 0], [0, tf.maximum(1 - width, 0)]])  # at least one column
         decoder = MelodyDecoder(model, *model.encode(melody))
-        tokens = continue_rows(decoder, request, good, max_length, note_rules)
+        rules = note_rules if time_shifts is None else MelodyOnsets(melody, note_rules, *time_shifts)
+        tokens = continue_rows(decoder, request, good, max_length, rules)
         return {"tokens": tokens, "status": status}
 
     signature = [

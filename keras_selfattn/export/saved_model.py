@@ -13,7 +13,7 @@ from keras_selfattn.export.serving_options import ServingOptions
 
 def export_for_serving(
     model, export_base, *, name, version=None, tokenizer=None, beam_size=4, alpha=0.6, max_length=None,
-    note_event_ids=None, directions=None, min_note_steps=0,
+    note_event_ids=None, directions=None, min_note_steps=0, melody_onsets=False,
 ):
     """Writes `model` with its generation signatures to `export_base/name/version/`.
 
@@ -106,6 +106,9 @@ def export_for_serving(
         min_note_steps: music with `note_event_ids` only: `generate` also
             keeps `continue_sequence`'s minimum note length (e.g. a trained
             preset's `model.generation_settings["min_note_steps"]`); 0: none.
+        melody_onsets: accompaniment with `note_event_ids` (and its
+            `"time_shift"` range) only: `accompany` also places each melody
+            note-on at its time, as `generate(..., melody_onsets=True)`.
         directions: translation with a `tokenizer` only: for a model trained
             on several directions, a dict of each direction's name to the
             text its sources start with, e.g. `{"forward": "<forward> ",
@@ -129,7 +132,8 @@ def export_for_serving(
         )
     _check_name(name)
     options = ServingOptions(
-        tokenizer, beam_size, alpha, max_length, note_event_ids, directions, min_note_steps or None
+        tokenizer, beam_size, alpha, max_length, note_event_ids, directions, min_note_steps or None,
+        melody_onsets or None,
     )
     endpoints, resources = serving_endpoints(_family_model(model), options)
     model_dir = os.path.join(os.fspath(export_base), name)

@@ -9,7 +9,7 @@ from keras_selfattn.layers.argument_checks import check_length
 # Which family each option belongs to, named when another family gets it.
 _OPTION_OWNERS = {
     "tokenizer": "translation", "directions": "translation", "note_event_ids": "music and accompaniment",
-    "min_note_steps": "music",
+    "min_note_steps": "music", "melody_onsets": "accompaniment",
 }
 
 
@@ -24,6 +24,7 @@ class ServingOptions:
     note_event_ids: dict = None
     directions: dict = None
     min_note_steps: int = None
+    melody_onsets: bool = None
 
     def refuse_others(self, family, *accepted):
         """`ValueError` for a family option given to another family's model."""

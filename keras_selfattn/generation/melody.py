@@ -3,10 +3,12 @@ the music continuation loop over decoder steps that read the encoded melody."""
 
 
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
+from keras_selfattn.generation.melody_onsets import MelodyOnsets
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import check_sampling_arguments, choose_tokens, resolve_seed
 from keras_selfattn.generation.sequences import extend_sequence, int_tokens
 from keras_selfattn.layers.argument_checks import check_length
+from keras_selfattn.ops.note_state import time_shift_id_range
 
 
 class MelodyDecoder:
@@ -30,21 +32,30 @@ class MelodyDecoder:
 
 
 def generate_accompaniment(
-    model, melody, primer, max_new_tokens, *, temperature, top_k, top_p, seed, note_event_ids
+    model, melody, primer, max_new_tokens, *, temperature, top_k, top_p, seed, note_event_ids,
+    melody_onsets=False,
 ):
     """The body of `MelodyConditionedMusicTransformer.generate`."""
-    note_rules = None
-    if note_event_ids is not None:
-        note_rules = NoteRules.from_event_ids(note_event_ids, model.vocabulary_size)
+    if not isinstance(melody_onsets, bool):
+        raise ValueError(f"`melody_onsets` must be True or False. Received: melody_onsets={melody_onsets!r}")
+    if melody_onsets and note_event_ids is None:
+        raise ValueError(
+            "`melody_onsets` needs the note rules: pass `note_event_ids` with its 'time_shift' range "
+            "(keras_selfattn.data.music.event_id_ranges()). Received: note_event_ids=None"
+        )
+    note_rules = NoteRules.from_options(note_event_ids, model.vocabulary_size)
+    time_shifts = time_shift_id_range(note_event_ids, model.vocabulary_size) if melody_onsets else None
     with gradients_off():
         return _accompany(
             model, melody, primer, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=seed, note_rules=note_rules,
+            seed=seed, note_rules=note_rules, time_shifts=time_shifts,
         )
 
 
 @graph_when_eager
-def _accompany(model, melody, primer, max_new_tokens, *, temperature, top_k, top_p, seed, note_rules):
+def _accompany(
+    model, melody, primer, max_new_tokens, *, temperature, top_k, top_p, seed, note_rules, time_shifts
+):
     check_sampling_arguments(temperature, top_k, top_p)
     melody = int_tokens("melody", melody, static_length=False)
     primer = int_tokens("primer", primer)
@@ -63,4 +74,5 @@ def _accompany(model, melody, primer, max_new_tokens, *, temperature, top_k, top
         return choose_tokens(logits, seed, index, temperature, top_k, top_p)
 
     decoder = MelodyDecoder(model, encoder_outputs, padding_mask)
-    return extend_sequence(decoder, primer, max_new_tokens, choose, note_rules=note_rules)
+    rules = note_rules if time_shifts is None else MelodyOnsets(melody, note_rules, *time_shifts)
+    return extend_sequence(decoder, primer, max_new_tokens, choose, note_rules=rules)

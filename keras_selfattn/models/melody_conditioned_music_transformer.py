@@ -196,7 +196,7 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
 
     def generate(
         self, melody, primer, max_new_tokens, *, temperature=1.0, top_k=0, top_p=1.0, seed=None,
-        note_event_ids=None,
+        note_event_ids=None, melody_onsets=False,
     ):
         """Continues each primer with `max_new_tokens` tokens, accompanying
         its row's melody.
@@ -219,6 +219,11 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
             note_event_ids: the note rules of `MusicTransformer.generate`:
                 each step may then release only a sounding pitch and strike
                 only a silent one. `None`: no rule.
+            melody_onsets: also place each melody note-on after the primer
+                at its time: no time shift passes the next melody onset, and
+                there the only event allowed is that pitch's note-on (its
+                note-off first where it sounds). Needs `note_event_ids` with
+                its `"time_shift"` range.
 
         Returns:
             int32 `[batch, primer_length + max_new_tokens]`: the primer, then
@@ -235,7 +240,7 @@ class MelodyConditionedMusicTransformer(SequenceTransformer):
 
         return generate_accompaniment(
             self, melody, primer, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=seed, note_event_ids=note_event_ids,
+            seed=seed, note_event_ids=note_event_ids, melody_onsets=melody_onsets,
         )
 
 def _check_max_melody_length(value):

@@ -207,7 +207,10 @@ def note_state_after(last_events, tokens, note_on_id, note_off_id, num_pitches, 
         struck_at = _latest(on, clock, last_events[:, 2:3])
         state = ops.concatenate([state, _time_ages(last_on > last_off, clock - struck_at)], axis=-1)
         rows += [struck_at, clock]
-    return state, ops.stack([row[:, -1] for row in rows], axis=1)
+    # Each row's value before the tokens comes first, so that no tokens (a
+    # one-token primer's empty prefill) leave `last_events` as they were.
+    ends = [ops.concatenate([last_events[:, index : index + 1], row], axis=1)[:, -1] for index, row in enumerate(rows)]
+    return state, ops.stack(ends, axis=1)
 
 
 def _latest(hits, values, before):

@@ -160,6 +160,25 @@ def test_accompany_keeps_the_note_rules_it_was_exported_with(tmp_path):
     assert any(_breaks_the_rules(tokens, len(primer)) for tokens, primer in zip(free, primers))
 
 
+def test_accompany_places_the_melody_onsets_when_exported_with_them(tmp_path):
+    """Rows whose primers end before, at and after melody onsets: each is
+    `generate(..., melody_onsets=True)` alone."""
+    from tests.generation.test_note_rules import NOTE_EVENT_IDS
+
+    model = melody_model(note_event_ids=NOTE_EVENT_IDS)
+    path = export_for_serving(
+        model, tmp_path, name="onsets", max_length=24, note_event_ids=NOTE_EVENT_IDS, melody_onsets=True
+    )
+    # Note-ons of pitches 0-3 at 2-5, note-offs at 6-9, time shifts of 1-10 steps at 10-19.
+    melodies = [[11, 2, 12, 6, 4, 13, 8], [3, 14, 7, 5, 10, 9], [12, 3, 11, 7, 2, 15, 6, 4]]
+    primers = [[2, 10], [3], [12, 3, 11, 2]]
+    inputs = _accompany_inputs(melodies, primers, max_new_tokens=np.array([14, 18, 12], "int32"))
+    outputs = call_signature(tf.saved_model.load(path), "accompany", **inputs)
+    _assert_rows_equal_generate_alone(outputs, model, inputs, note_event_ids=NOTE_EVENT_IDS, melody_onsets=True)
+    with pytest.raises(ValueError, match="`melody_onsets` needs the note rules"):
+        export_for_serving(model, tmp_path, name="no_rules", max_length=24, melody_onsets=True)
+
+
 @pytest.mark.slow
 def test_accompany_through_the_c_api_loader_equals_in_process_generate(accompaniment):
     """The server's loader: each good row is in-process `generate` alone; a

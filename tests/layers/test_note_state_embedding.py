@@ -51,6 +51,16 @@ def test_cached_steps_equal_the_full_call(time_shifts):
                 assert last[batch, row, pitch] == (hits[-1] if hits.size else -1)
 
 
+@TIMINGS
+def test_a_cached_call_on_no_tokens_leaves_the_cache_as_it_was(time_shifts):
+    """A one-token primer fills the cache with no token before its first step."""
+    layer = NoteStateEmbedding(**IDS, output_dim=5, **time_shifts)
+    _, cache = layer(TOKENS[:, :4], cache=layer.initial_cache(3), cache_update_index=0)
+    output, again = layer(TOKENS[:, :0], cache=cache, cache_update_index=4)
+    assert tuple(output.shape) == (3, 0, 5)
+    np.testing.assert_array_equal(ops.convert_to_numpy(again), ops.convert_to_numpy(cache))
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [
