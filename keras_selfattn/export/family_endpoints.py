@@ -13,6 +13,7 @@ from keras_selfattn.export.serving_options import (
     forward_endpoint,
     sentencepiece_tokenizer,
 )
+from keras_selfattn.generation.melody_onsets import onset_time_shifts
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.models.graph_heads import GraphHeads
 from keras_selfattn.models.graph_transformer import GraphTransformer
@@ -23,7 +24,6 @@ from keras_selfattn.models.plain_models import held_encoder
 from keras_selfattn.models.super_resolution import SuperResolutionTransformer
 from keras_selfattn.models.translation_transformer import TranslationTransformer
 from keras_selfattn.models.variable_misuse_model import VariableMisuseModel
-from keras_selfattn.ops.note_state import time_shift_id_range
 
 
 def music_endpoints(model, options):
@@ -46,13 +46,8 @@ def melody_endpoints(model, options):
     (2048 by default)."""
     options.refuse_others("accompaniment", "note_event_ids", "melody_onsets")
     max_length = options.length_for(model, 2048)
-    if options.melody_onsets and options.note_event_ids is None:
-        raise ValueError(
-            "`melody_onsets` needs the note rules: pass `note_event_ids` with its 'time_shift' range. "
-            "Received: note_event_ids=None"
-        )
     note_rules = NoteRules.from_options(options.note_event_ids, model.vocabulary_size)
-    time_shifts = time_shift_id_range(options.note_event_ids, model.vocabulary_size) if options.melody_onsets else None
+    time_shifts = onset_time_shifts(options.note_event_ids, model.vocabulary_size, bool(options.melody_onsets))
     accompany = melody_signatures.accompany_endpoint(model, max_length, note_rules, time_shifts)
     return [forward_endpoint(model, "logits"), accompany], []
 

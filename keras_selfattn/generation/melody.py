@@ -3,12 +3,11 @@ the music continuation loop over decoder steps that read the encoded melody."""
 
 
 from keras_selfattn.generation.execution import gradients_off, graph_when_eager
-from keras_selfattn.generation.melody_onsets import MelodyOnsets
+from keras_selfattn.generation.melody_onsets import MelodyOnsets, onset_time_shifts
 from keras_selfattn.generation.note_rules import NoteRules
 from keras_selfattn.generation.sampling import check_sampling_arguments, choose_tokens, resolve_seed
 from keras_selfattn.generation.sequences import extend_sequence, int_tokens
 from keras_selfattn.layers.argument_checks import check_length
-from keras_selfattn.ops.note_state import time_shift_id_range
 
 
 class MelodyDecoder:
@@ -36,15 +35,8 @@ def generate_accompaniment(
     melody_onsets=False,
 ):
     """The body of `MelodyConditionedMusicTransformer.generate`."""
-    if not isinstance(melody_onsets, bool):
-        raise ValueError(f"`melody_onsets` must be True or False. Received: melody_onsets={melody_onsets!r}")
-    if melody_onsets and note_event_ids is None:
-        raise ValueError(
-            "`melody_onsets` needs the note rules: pass `note_event_ids` with its 'time_shift' range "
-            "(keras_selfattn.data.music.event_id_ranges()). Received: note_event_ids=None"
-        )
     note_rules = NoteRules.from_options(note_event_ids, model.vocabulary_size)
-    time_shifts = time_shift_id_range(note_event_ids, model.vocabulary_size) if melody_onsets else None
+    time_shifts = onset_time_shifts(note_event_ids, model.vocabulary_size, melody_onsets)
     with gradients_off():
         return _accompany(
             model, melody, primer, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,

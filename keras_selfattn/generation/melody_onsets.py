@@ -13,8 +13,29 @@ primer strikes it there.
 from keras import ops
 
 from keras_selfattn.compat import pad
-from keras_selfattn.ops.note_state import elapsed_steps, last_note_events
+from keras_selfattn.ops.note_state import elapsed_steps, last_note_events, time_shift_id_range
 from keras_selfattn.ops.softmax import large_negative
+
+
+def onset_time_shifts(note_event_ids, vocabulary_size, melody_onsets):
+    """The `(time_shift_id, num_time_shifts)` the rule reads, or None
+    without `melody_onsets` (the option of `generate` and
+    `export_for_serving`).
+
+    Raises:
+        ValueError: `melody_onsets` is not a bool, or is True without
+            `note_event_ids` (and their "time_shift" range).
+    """
+    if not isinstance(melody_onsets, bool):
+        raise ValueError(f"`melody_onsets` must be True or False. Received: melody_onsets={melody_onsets!r}")
+    if not melody_onsets:
+        return None
+    if note_event_ids is None:
+        raise ValueError(
+            "`melody_onsets` needs the note rules: pass `note_event_ids` with its 'time_shift' range "
+            "(keras_selfattn.data.music.event_id_ranges()). Received: note_event_ids=None"
+        )
+    return time_shift_id_range(note_event_ids, vocabulary_size)
 
 
 class MelodyOnsets:
@@ -56,9 +77,7 @@ class MelodyOnsets:
         ids = ops.arange(ops.shape(logits)[-1], dtype="int32")[None, :]
         rules = self.note_rules
         # No time shift past the next melody onset.
-        shift = ids - (self.time_shift_id - 1)
-        is_shift = (shift >= 1) & (shift <= self.num_time_shifts)
-        too_far = is_shift & has_next[:, None] & (shift > (next_step - clock)[:, None])
+        too_far = has_next[:, None] & (self._shift_steps(ids) > (next_step - clock)[:, None])
         logits = ops.where(too_far, large_negative(logits.dtype), logits)
         # At the onset: only the melody pitch's note-on, its note-off first where it sounds.
         sounds = ops.take_along_axis(note_state[0], next_pitch[:, None], axis=1)[:, 0]
@@ -74,14 +93,18 @@ class MelodyOnsets:
         token = ops.cast(token, "int32")
         has_next, next_step, next_pitch = self._next(cursor)
         struck = has_next & (clock >= next_step) & (token == rules.note_on_id + next_pitch)
-        steps = token - (self.time_shift_id - 1)
-        clock = clock + ops.where((steps >= 1) & (steps <= self.num_time_shifts), steps, 0)
+        clock = clock + self._shift_steps(token)
         positions = ops.arange(self.length, dtype="int32")[None, :]
         # Past the melody note just struck, and past any onset time has gone by
         # (a longer primer's, whose tokens the loop keeps).
         waiting = (positions > cursor[:, None]) | ((positions == cursor[:, None]) & ~struck[:, None])
         waiting = waiting & (self.onset_step >= clock[:, None])
         return (*rules.after(tuple(note_state), token), clock, self._first_onset(waiting))
+
+    def _shift_steps(self, ids):
+        """How many time steps each id moves time on: 0 for all but time shifts."""
+        steps = ids - (self.time_shift_id - 1)
+        return ops.where((steps >= 1) & (steps <= self.num_time_shifts), steps, 0)
 
     def _first_onset(self, allowed):
         """int32 `[batch]`: the index of each row's first onset where `allowed`."""
